@@ -1,0 +1,219 @@
+"""Train the English->German translator on Multi30k.
+
+    python -m training.train_translator --data-dir ../shared/data/multi30k \
+        --out zoo/checkpoints/translator-en-de
+
+Recipe: joint byte-level BPE (8k) learnt on the training split; 3+3-layer pre-LN Transformer
+(d_model 256, 4 heads, d_ff 1024, shared embeddings); batches of about --max-tokens padded
+tokens; Adam (0.9, 0.98), linear warmup then cosine decay; label smoothing 0.1. After every epoch:
+validation loss and greedy BLEU. At the end the last --average epoch checkpoints are averaged and
+kept if that beats the best single epoch on validation BLEU. Deterministic for a given seed on a
+given machine and precision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import time
+
+import sacrebleu
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from training.common import pick_device, pick_dtype, read_json, seed_everything, write_json
+from training.multi30k import load_split
+from training.subwords import SPECIALS, train_tokenizer
+from zoo.translator import TransformerTranslator
+
+
+def encode_pairs(tok, en, de, max_len):
+    """Id lists (source + </s>, </s>-terminated target); pairs longer than max_len are dropped."""
+    eos = SPECIALS.index("</s>")
+    src = [e.ids + [eos] for e in tok.encode_batch(en)]
+    tgt = [d.ids + [eos] for d in tok.encode_batch(de)]
+    return [(s, t) for s, t in zip(src, tgt) if len(s) <= max_len and len(t) <= max_len]
+
+
+def make_batches(pairs, max_tokens, rng):
+    """Token-count batching: sort by length (with a little noise so batches differ between
+    epochs), cut into batches whose padded src+tgt size stays under max_tokens, shuffle them."""
+    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][1]) + rng.random(), len(pairs[i][0])))
+    batches, cur, longest = [], [], 0
+    for i in order:
+        size = len(pairs[i][0]) + len(pairs[i][1]) + 1
+        if cur and max(longest, size) * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, size)
+    batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(pairs, idx, pad, bos, device):
+    src_len = max(len(pairs[i][0]) for i in idx)
+    tgt_len = max(len(pairs[i][1]) for i in idx)
+    src = torch.full((len(idx), src_len), pad, dtype=torch.long)
+    tgt = torch.full((len(idx), tgt_len + 1), pad, dtype=torch.long)
+    tgt[:, 0] = bos
+    for row, i in enumerate(idx):
+        s, t = pairs[i]
+        src[row, : len(s)] = torch.tensor(s)
+        tgt[row, 1: len(t) + 1] = torch.tensor(t)
+    return src.to(device), tgt[:, :-1].to(device), tgt[:, 1:].to(device)
+
+
+def lr_at(step, total, warmup, peak):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def validation_loss(model, pairs, batches, device, dtype):
+    model.eval()
+    total, count = 0.0, 0
+    for idx in batches:
+        src, tgt_in, tgt_out = collate(pairs, idx, model.pad_id, model.bos_id, device)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            logits = model(src, tgt_in)
+        total += F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=model.pad_id,
+                                 reduction="sum").item()
+        count += (tgt_out != model.pad_id).sum().item()
+    return total / count
+
+
+def bleu(model, en, de, beam_size=1):
+    """Corpus BLEU (sacreBLEU 13a, cased) and its lowercased twin."""
+    model.eval()
+    hyps = model.translate(en, beam_size=beam_size)
+    return (sacrebleu.corpus_bleu(hyps, [de]).score,
+            sacrebleu.corpus_bleu(hyps, [de], lowercase=True).score, hyps)
+
+
+def average_state(states):
+    return {k: sum(s[k].float() for s in states) / len(states) for k in states[0]}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=None, help="folder with Multi30k <split>.{en,de}.gz (downloaded if absent)")
+    p.add_argument("--out", default="zoo/checkpoints/translator-en-de")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"])
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--n-layer", type=int, default=3, help="encoder and decoder layers each")
+    p.add_argument("--d-ff", type=int, default=1024)
+    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--max-len", type=int, default=128)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--max-tokens", type=int, default=4096, help="padded src+tgt tokens per batch")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=600)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--average", type=int, default=5, help="average the last N epochs")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
+    p.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (smoke runs)")
+    p.add_argument("--limit-val", type=int, default=0, help="BLEU on only the first N validation pairs")
+    args = p.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    device = pick_device(args.device)
+    dtype = pick_dtype(args.dtype, device)
+    t_start = time.time()
+
+    train_en, train_de = load_split("train", args.data_dir)
+    val_en, val_de = load_split("val", args.data_dir)
+    if args.limit_train:
+        train_en, train_de = train_en[: args.limit_train], train_de[: args.limit_train]
+    if args.limit_val:
+        val_en, val_de = val_en[: args.limit_val], val_de[: args.limit_val]
+    tok = train_tokenizer(train_en + train_de, args.vocab_size)
+    pairs = encode_pairs(tok, train_en, train_de, args.max_len)
+    val_pairs = encode_pairs(tok, val_en, val_de, args.max_len)
+
+    model = TransformerTranslator(vocab_size=tok.get_vocab_size(), d_model=args.d_model, n_head=args.n_head,
+                                  n_enc_layer=args.n_layer, n_dec_layer=args.n_layer, d_ff=args.d_ff,
+                                  dropout=args.dropout, max_len=args.max_len).attach_tokenizer(tok).to(device)
+    n_params = model.num_parameters()
+    print(f"{len(pairs)} training pairs, vocab {tok.get_vocab_size()}, {n_params:,} parameters, "
+          f"{device} {str(dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads", flush=True)
+
+    rng = random.Random(args.seed)
+    steps_per_epoch = len(make_batches(pairs, args.max_tokens, random.Random(0)))
+    total_steps = steps_per_epoch * args.epochs
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
+    val_batches = make_batches(val_pairs, args.max_tokens, random.Random(0))
+    history, kept, best, step = [], [], None, 0
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        t0, tokens, loss_sum, loss_n = time.time(), 0, 0.0, 0
+        bar = tqdm(make_batches(pairs, args.max_tokens, rng), desc=f"epoch {epoch}/{args.epochs}",
+                   mininterval=5, leave=False)
+        for idx in bar:
+            src, tgt_in, tgt_out = collate(pairs, idx, model.pad_id, model.bos_id, device)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, total_steps, args.warmup, args.lr)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                logits = model(src, tgt_in)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=model.pad_id,
+                                   label_smoothing=args.label_smoothing)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            n = (tgt_out != model.pad_id).sum().item()
+            tokens += n + (src != model.pad_id).sum().item()
+            loss_sum, loss_n = loss_sum + loss.item() * n, loss_n + n
+            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens / (time.time() - t0):.0f}", refresh=False)
+        train_time = time.time() - t0
+        v_loss = validation_loss(model, val_pairs, val_batches, device, dtype)
+        v_bleu, v_bleu_lc, _ = bleu(model, val_en, val_de)
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        kept = (kept + [state])[-args.average:]
+        row = {"epoch": epoch, "step": step, "train_loss": round(loss_sum / loss_n, 4),
+               "val_loss": round(v_loss, 4), "val_bleu_greedy": round(v_bleu, 2),
+               "val_bleu_lc_greedy": round(v_bleu_lc, 2), "epoch_seconds": round(train_time, 1),
+               "tokens_per_second": round(tokens / train_time), "elapsed_seconds": round(time.time() - t_start)}
+        history.append(row)
+        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        if best is None or v_bleu > best[0]:
+            best = (v_bleu, epoch, state)
+
+    # Checkpoint averaging: the mean of the last epochs' weights usually beats any one of them.
+    model.load_state_dict(average_state(kept))
+    avg_bleu = bleu(model, val_en, val_de)[0]
+    print(f"average of last {len(kept)} epochs: val BLEU (greedy) {avg_bleu:.2f}; best single epoch "
+          f"{best[1]}: {best[0]:.2f}", flush=True)
+    chosen = f"average of epochs {epoch - len(kept) + 1}-{epoch}"
+    if best[0] > avg_bleu:
+        model.load_state_dict(best[2])
+        chosen = f"epoch {best[1]}"
+    model.to("cpu").save_pretrained(args.out)
+    metrics = read_json(f"{args.out}/metrics.json")
+    metrics["training"] = {
+        "command": "python -m training.train_translator " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "parameters": n_params, "train_pairs": len(pairs), "vocab_size": tok.get_vocab_size(),
+        "epochs": args.epochs, "steps": step, "max_tokens": args.max_tokens, "lr": args.lr,
+        "warmup": args.warmup, "dropout": args.dropout, "label_smoothing": args.label_smoothing,
+        "seed": args.seed, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(), "kept": chosen, "wall_seconds": round(time.time() - t_start),
+        "history": history,
+    }
+    write_json(f"{args.out}/metrics.json", metrics)
+    print(f"saved to {args.out} ({chosen}); wall time {time.time() - t_start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Attention Lab's model zoo: `zoo.load(name)` and `zoo.available()`.
+
+Every model lives in `zoo/checkpoints/<name>/` as config.json + model.safetensors (+ tokenizer,
+metrics.json, model card, manifest.json). Loading checks the folder against its SHA-256 manifest,
+then loads the weights with strict=True, and returns the model in eval mode.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .hub import verify_manifest
+from .sorter import DigitSorter
+from .translator import TransformerTranslator
+
+CHECKPOINTS = Path(__file__).parent / "checkpoints"
+
+MODELS = {
+    "sorter-pe": (DigitSorter, "Digit sorter, 2 layers x 4 heads, with sinusoidal positional encoding (sorts)"),
+    "sorter-nope": (DigitSorter, "The same sorter without positional encoding (fails: permutation equivariance)"),
+    "translator-en-de": (TransformerTranslator, "English->German encoder-decoder, 3+3 layers, trained on Multi30k"),
+}
+
+
+def available():
+    """{name: one-line description} of the models whose checkpoint folder is present."""
+    return {name: desc for name, (_, desc) in MODELS.items() if (CHECKPOINTS / name / "config.json").is_file()}
+
+
+def checkpoint_dir(name):
+    if name not in MODELS:
+        raise KeyError(f"Unknown model {name!r}. Available: {', '.join(available()) or 'none'}.")
+    folder = CHECKPOINTS / name
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"Model {name!r} has no checkpoint in {folder}; train it with the "
+                                f"script named in README.md. Available: {', '.join(available()) or 'none'}.")
+    return folder
+
+
+def load(name):
+    """The named model, verified against its manifest, loaded strictly, in eval mode."""
+    folder = checkpoint_dir(name)
+    verify_manifest(folder)
+    return MODELS[name][0].from_pretrained(folder, strict=True)

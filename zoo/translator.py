@@ -1,0 +1,364 @@
+"""A small English->German encoder-decoder Transformer, built from zoo.attention's blocks.
+
+Read top to bottom: decoder block, the model (encode / decode / forward), incremental decoding with
+a key/value cache, greedy and beam search, then the text-level API the app uses: translate,
+explain and force_decode.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import EncoderBlock, FeedForward, MultiHeadAttention, causal_mask, key_padding_mask, sinusoidal_positions
+from .hub import ZooModel, resolve_file
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class DecoderBlock(nn.Module):
+    """Pre-LN decoder block: masked self-attention, cross-attention to the encoder, feed-forward."""
+
+    def __init__(self, d_model, n_head, d_ff, dropout=0.0):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, n_head)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.cross_attn = MultiHeadAttention(d_model, n_head)
+        self.ln3 = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, cross_kv, self_mask, cross_mask, past_kv=None, return_attention=False):
+        """x: (B, T_new, D) new target positions; cross_kv: the encoder's keys/values for this
+        layer; past_kv: cached (k, v) of earlier target positions, each (B, H, T_past, Dh).
+        Returns x, the updated self-attention (k, v) and the two attention maps (or None)."""
+        h = self.ln1(x)
+        k, v = self.self_attn.project_kv(h)  # (B, H, T_new, Dh)
+        if past_kv is not None:
+            k = torch.cat([past_kv[0], k], dim=2)  # (B, H, T_past + T_new, Dh)
+            v = torch.cat([past_kv[1], v], dim=2)
+        a, self_w = self.self_attn(h, mask=self_mask, kv=(k, v), return_attention=return_attention)
+        x = x + self.drop(a)
+        a, cross_w = self.cross_attn(self.ln2(x), mask=cross_mask, kv=cross_kv,
+                                     return_attention=return_attention)
+        x = x + self.drop(a)
+        x = x + self.drop(self.ff(self.ln3(x)))
+        return x, (k, v), self_w, cross_w
+
+
+@dataclass
+class DecoderState:
+    """What incremental decoding carries between steps: per layer the encoder's keys/values
+    (computed once) and the growing self-attention cache, plus the source mask."""
+
+    cross_kv: list
+    self_kv: list
+    cross_mask: torch.Tensor
+    length: int = 0
+
+    def reorder(self, index):
+        """Keep batch rows `index` (beam search picks which hypotheses survive)."""
+        pick = lambda kv: (kv[0].index_select(0, index), kv[1].index_select(0, index))  # noqa: E731
+        self.cross_kv = [pick(kv) for kv in self.cross_kv]
+        self.self_kv = [None if kv is None else pick(kv) for kv in self.self_kv]
+        self.cross_mask = self.cross_mask.index_select(0, index)
+
+
+class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "de"],
+                            tags=["translation", "multi30k"]):
+    """Encoder-decoder Transformer with one embedding matrix shared by source, target and output.
+
+    The output projection *is* the embedding matrix (weight tying): a joint EN+DE subword
+    vocabulary makes the three roles the same lookup table, and it saves vocab_size * d_model
+    parameters.
+    """
+
+    def __init__(self, vocab_size: int = 8000, d_model: int = 256, n_head: int = 4,
+                 n_enc_layer: int = 3, n_dec_layer: int = 3, d_ff: int = 1024,
+                 dropout: float = 0.1, max_len: int = 128, pad_id: int = 0, bos_id: int = 1,
+                 eos_id: int = 2):
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)
+        # Positions up to max_len for the source and the target; not a parameter, not saved.
+        self.register_buffer("pe", sinusoidal_positions(max_len + 1, d_model), persistent=False)
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.ModuleList(EncoderBlock(d_model, n_head, d_ff, dropout) for _ in range(n_enc_layer))
+        self.enc_ln = nn.LayerNorm(d_model)
+        self.decoder = nn.ModuleList(DecoderBlock(d_model, n_head, d_ff, dropout) for _ in range(n_dec_layer))
+        self.dec_ln = nn.LayerNorm(d_model)
+        self.tokenizer = None  # set by load_extras / attach_tokenizer
+
+    # ----- the network -------------------------------------------------------------------------
+    def embed_tokens(self, ids, offset=0):
+        """Scaled embedding + sinusoidal position, positions starting at `offset`."""
+        x = self.embed(ids) * math.sqrt(self.d_model)  # (B, T, D)
+        return self.drop(x + self.pe[offset: offset + ids.size(1)])
+
+    def encode(self, src, return_attention=False):
+        """src (B, S) ids, right-padded -> memory (B, S, D), its key mask (B, 1, 1, S) and the
+        encoder self-attention maps (tuple of (B, H, S, S), or empty)."""
+        mask = key_padding_mask(src != self.pad_id)
+        x = self.embed_tokens(src)
+        maps = []
+        for block in self.encoder:
+            x, w = block(x, mask=mask, return_attention=return_attention)
+            maps.append(w)
+        return self.enc_ln(x), mask, tuple(maps) if return_attention else ()
+
+    def start_state(self, memory, src_mask):
+        cross_kv = [block.cross_attn.project_kv(memory) for block in self.decoder]
+        return DecoderState(cross_kv, [None] * len(self.decoder), src_mask)
+
+    def decode(self, tgt, state, return_attention=False):
+        """Run the decoder on new target ids (B, T_new) that follow the cached ones.
+
+        Returns logits (B, T_new, V) and, when asked, the self- and cross-attention maps per layer
+        ((B, H, T_new, T_total) and (B, H, T_new, S)). Updates `state` in place.
+        """
+        t_new, past = tgt.size(1), state.length
+        # New queries see every cached key and the new keys up to themselves.
+        self_mask = causal_mask(past + t_new, tgt.device)[past:]  # (T_new, T_total)
+        x = self.embed_tokens(tgt, offset=past)
+        self_maps, cross_maps = [], []
+        for i, block in enumerate(self.decoder):
+            x, state.self_kv[i], sw, cw = block(x, state.cross_kv[i], self_mask, state.cross_mask,
+                                                past_kv=state.self_kv[i], return_attention=return_attention)
+            self_maps.append(sw)
+            cross_maps.append(cw)
+        state.length += t_new
+        logits = self.dec_ln(x) @ self.embed.weight.T  # (B, T_new, V), tied output projection
+        return logits, tuple(self_maps), tuple(cross_maps)
+
+    def forward(self, src, tgt_in):
+        """Teacher forcing: src (B, S), tgt_in (B, T) starting with <s> -> logits (B, T, V)."""
+        memory, src_mask = self.encode(src)[:2]
+        return self.decode(tgt_in, self.start_state(memory, src_mask))[0]
+
+    # ----- search ------------------------------------------------------------------------------
+    def max_target_len(self, src_len):
+        """Output length cap tied to the source: 1.5 x source tokens + 10, within max_len."""
+        return min(self.max_len, int(1.5 * src_len) + 10)
+
+    @torch.inference_mode()
+    def greedy(self, src, use_cache=True):
+        """Greedy search. Returns the ids (B, T) without <s> (stopping after </s>) and the
+        per-step logits (B, T, V). use_cache=False recomputes the whole prefix every step."""
+        memory, src_mask = self.encode(src)[:2]
+        limit = self.max_target_len(int((src != self.pad_id).sum(1).max()))
+        ys = torch.full((src.size(0), 1), self.bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        state, all_logits = self.start_state(memory, src_mask), []
+        for _ in range(limit):
+            if use_cache:
+                logits = self.decode(ys[:, -1:], state)[0][:, -1]
+            else:
+                logits = self.decode(ys, self.start_state(memory, src_mask))[0][:, -1]
+            nxt = logits.argmax(-1).masked_fill(done, self.pad_id)
+            all_logits.append(logits)
+            ys = torch.cat([ys, nxt[:, None]], dim=1)
+            done |= nxt == self.eos_id
+            if done.all():
+                break
+        return ys[:, 1:], torch.stack(all_logits, dim=1)
+
+    @torch.inference_mode()
+    def beam_search(self, src, beam_size=5, length_penalty=0.6):
+        """Batched beam search with the key/value cache.
+
+        Hypotheses are ranked by log-probability / length**length_penalty. Each sentence stops
+        once it has `beam_size` finished hypotheses, or at max_target_len(its source length). Returns a list of id lists (no <s>, no </s>).
+        """
+        if beam_size == 1:
+            ids = self.greedy(src)[0]
+            return [self.strip(row.tolist()) for row in ids]
+        b, k = src.size(0), beam_size
+        memory, src_mask = self.encode(src)[:2]
+        src_lens = (src != self.pad_id).sum(1).tolist()
+        limits = [self.max_target_len(n) for n in src_lens]
+        state = self.start_state(memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0))
+        ys = torch.full((b * k, 1), self.bos_id, dtype=torch.long, device=src.device)
+        scores = torch.zeros(b, k, device=src.device)
+        scores[:, 1:] = -math.inf  # all beams start identical: expand only the first
+        finished = [[] for _ in range(b)]  # (normalised score, ids)
+        done = [False] * b
+        norm = lambda logp, n: logp / n**length_penalty  # noqa: E731
+        for step in range(max(limits)):
+            logp = self.decode(ys[:, -1:], state)[0][:, -1].float().log_softmax(-1)  # (B*K, V)
+            vocab = logp.size(-1)
+            cand = (scores.view(-1, 1) + logp).view(b, k * vocab)
+            top_scores, top_ids = cand.topk(2 * k, dim=1)  # (B, 2K): enough to refill K beams
+            next_rows, next_tok, next_scores = [], [], []
+            for i in range(b):
+                rows, toks, scs = [], [], []
+                at_limit = step + 1 >= limits[i]
+                for s, idx in zip(top_scores[i].tolist(), top_ids[i].tolist()):
+                    beam, tok = divmod(idx, vocab)
+                    if done[i] or s == -math.inf:
+                        break
+                    if tok == self.eos_id or at_limit:
+                        if len(finished[i]) < k:
+                            hyp = ys[i * k + beam, 1:].tolist() + ([] if tok == self.eos_id else [tok])
+                            finished[i].append((norm(s, step + 1), hyp))
+                    else:
+                        rows.append(i * k + beam), toks.append(tok), scs.append(s)
+                    if len(rows) == k:
+                        break
+                # As in fairseq: a sentence is settled once it has K finished hypotheses.
+                done[i] = done[i] or at_limit or not scs or len(finished[i]) >= k
+                while len(rows) < k:  # pad dead slots: repeat a row with score -inf
+                    rows.append(i * k), toks.append(self.pad_id), scs.append(-math.inf)
+                next_rows += rows
+                next_tok += toks
+                next_scores += scs
+            if all(done):
+                break
+            index = torch.tensor(next_rows, device=src.device)
+            state.reorder(index)
+            ys = torch.cat([ys.index_select(0, index), torch.tensor(next_tok, device=src.device)[:, None]], 1)
+            scores = torch.tensor(next_scores, device=src.device).view(b, k)
+        return [max(f, key=lambda t: t[0])[1] if f else [] for f in finished]
+
+    def strip(self, ids):
+        """Cut a generated id list at </s> and drop padding."""
+        out = []
+        for t in ids:
+            if t == self.eos_id:
+                break
+            if t != self.pad_id:
+                out.append(t)
+        return out
+
+    # ----- text API ----------------------------------------------------------------------------
+    def load_extras(self, model_id, **hub_kwargs):
+        from tokenizers import Tokenizer
+
+        self.attach_tokenizer(Tokenizer.from_file(resolve_file(model_id, TOKENIZER_FILE, **hub_kwargs)))
+
+    def attach_tokenizer(self, tokenizer):
+        self.tokenizer = tokenizer
+        return self
+
+    def _save_pretrained(self, save_directory):
+        super()._save_pretrained(save_directory)
+        self.tokenizer.save(str(save_directory / TOKENIZER_FILE))
+
+    def encode_text(self, text, role="input"):
+        """Text -> ids (no specials). Refuses empty text and text longer than the model takes."""
+        text = unicodedata.normalize("NFC", text).strip()
+        if not text:
+            raise ValueError(f"The {role} is empty: type an English sentence.")
+        ids = self.tokenizer.encode(text).ids
+        if len(ids) + 1 > self.max_len:
+            raise ValueError(f"The {role} is {len(ids)} subword tokens long; this model takes at most "
+                             f"{self.max_len - 1}. Shorten it or split it into sentences.")
+        return ids
+
+    def batch_source(self, texts):
+        rows = [self.encode_text(t) + [self.eos_id] for t in texts]
+        src = torch.full((len(rows), max(map(len, rows))), self.pad_id, dtype=torch.long)
+        for i, r in enumerate(rows):
+            src[i, : len(r)] = torch.tensor(r)
+        return src.to(self.embed.weight.device)
+
+    def decode_ids(self, ids):
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_strings(self, ids):
+        """Readable token texts: the bytes each id stands for, a leading space shown as '▁'."""
+        out = []
+        for i in ids:
+            if i in (self.bos_id, self.eos_id, self.pad_id):
+                out.append(self.tokenizer.id_to_token(i))
+                continue
+            s = self.tokenizer.decode([i], skip_special_tokens=False)
+            out.append("▁" + s[1:] if s.startswith(" ") else s)
+        return out
+
+    def translate(self, texts, beam_size=5, length_penalty=0.6, batch_size=64):
+        """English sentences -> German sentences (detokenized text)."""
+        if isinstance(texts, str):
+            raise TypeError("translate() takes a list of sentences; wrap a single one in a list")
+        # Sort by length so each batch pads little; restore the order at the end.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = [None] * len(texts)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start: start + batch_size]
+            hyps = self.beam_search(self.batch_source([texts[i] for i in chunk]), beam_size, length_penalty)
+            for i, h in zip(chunk, hyps):
+                out[i] = self.decode_ids(h)
+        return out
+
+    @torch.inference_mode()
+    def teacher_force(self, src_ids, out_ids):
+        """One pass with the output fed back in: per-step distributions and every attention map.
+
+        src_ids and out_ids are id lists, out_ids ending with </s>. Row t of the decoder maps is
+        the step that produced out_ids[t]."""
+        src = torch.tensor([src_ids], device=self.embed.weight.device)
+        tgt_in = torch.tensor([[self.bos_id] + out_ids[:-1]], device=src.device)
+        memory, src_mask, enc_maps = self.encode(src, return_attention=True)
+        logits, self_maps, cross_maps = self.decode(tgt_in, self.start_state(memory, src_mask),
+                                                    return_attention=True)
+        stack = lambda maps: torch.stack([m[0] for m in maps]).float().numpy()  # noqa: E731
+        probs = logits[0].float().softmax(-1)  # (T_tgt, V)
+        return probs, stack(enc_maps), stack(self_maps), stack(cross_maps)
+
+    def explain(self, text, beam_size=5, length_penalty=0.6, top_k=5):
+        """Translate one sentence and return everything needed to show how.
+
+        Keys: source_tokens, target_tokens (the output, ending with </s>), translation,
+        cross_attention (n_layer, n_head, T_tgt, T_src), decoder_self_attention
+        (n_layer, n_head, T_tgt, T_tgt), encoder_self_attention (n_layer, n_head, T_src, T_src),
+        steps: for each output position the top_k candidates [(token, prob)] and the chosen
+        token's probability.
+        """
+        src_ids = self.encode_text(text) + [self.eos_id]
+        hyp = self.beam_search(self.batch_source([text]), beam_size, length_penalty)[0]
+        out_ids = hyp + [self.eos_id]
+        probs, enc, dec_self, cross = self.teacher_force(src_ids, out_ids)
+        top_p, top_i = probs.topk(top_k, dim=-1)
+        steps = []
+        for t, tok in enumerate(out_ids):
+            cands = list(zip(self.token_strings(top_i[t].tolist()), top_p[t].tolist()))
+            steps.append({"token": self.token_strings([tok])[0], "prob": probs[t, tok].item(),
+                          "candidates": cands})
+        return {
+            "source_tokens": self.token_strings(src_ids),
+            "target_tokens": self.token_strings(out_ids),
+            "translation": self.decode_ids(hyp),
+            "cross_attention": cross,
+            "decoder_self_attention": dec_self,
+            "encoder_self_attention": enc,
+            "steps": steps,
+        }
+
+    def force_decode(self, text, reference):
+        """Feed a given German `reference` by teacher forcing: how likely the model finds each of
+        its tokens, and where it looks while reading it.
+
+        Keys: source_tokens, target_tokens (reference tokens + </s>), token_probs (T_tgt,),
+        cross_attention (n_layer, n_head, T_tgt, T_src), log_prob (sum) and perplexity.
+        """
+        src_ids = self.encode_text(text) + [self.eos_id]
+        out_ids = self.encode_text(reference, role="reference") + [self.eos_id]
+        probs, _, _, cross = self.teacher_force(src_ids, out_ids)
+        token_probs = probs[torch.arange(len(out_ids)), torch.tensor(out_ids)].numpy()
+        log_prob = float(np.log(np.maximum(token_probs, 1e-30)).sum())
+        return {
+            "source_tokens": self.token_strings(src_ids),
+            "target_tokens": self.token_strings(out_ids),
+            "token_probs": token_probs,
+            "cross_attention": cross,
+            "log_prob": log_prob,
+            "perplexity": math.exp(-log_prob / len(out_ids)),
+        }
