@@ -149,6 +149,14 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         """Output length cap tied to the source: 1.5 x source tokens + 10, within max_len."""
         return min(self.max_len, int(1.5 * src_len) + 10)
 
+    def next_logits(self, ys, state, use_cache=True):
+        """Logits (B, V) for the token after ys (B, T). With the cache only the last token is fed
+        (its keys/values are appended to the cache); without it the whole prefix is recomputed."""
+        if use_cache:
+            return self.decode(ys[:, -1:], state)[0][:, -1]
+        fresh = DecoderState(state.cross_kv, [None] * len(self.decoder), state.cross_mask)
+        return self.decode(ys, fresh)[0][:, -1]
+
     @torch.inference_mode()
     def greedy(self, src, use_cache=True):
         """Greedy search. Returns the ids (B, T) without <s> (stopping after </s>) and the
@@ -159,10 +167,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         state, all_logits = self.start_state(memory, src_mask), []
         for _ in range(limit):
-            if use_cache:
-                logits = self.decode(ys[:, -1:], state)[0][:, -1]
-            else:
-                logits = self.decode(ys, self.start_state(memory, src_mask))[0][:, -1]
+            logits = self.next_logits(ys, state, use_cache)
             nxt = logits.argmax(-1).masked_fill(done, self.pad_id)
             all_logits.append(logits)
             ys = torch.cat([ys, nxt[:, None]], dim=1)
@@ -172,15 +177,12 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         return ys[:, 1:], torch.stack(all_logits, dim=1)
 
     @torch.inference_mode()
-    def beam_search(self, src, beam_size=5, length_penalty=0.6):
+    def beam_search(self, src, beam_size=5, length_penalty=0.6, use_cache=True):
         """Batched beam search with the key/value cache.
 
         Hypotheses are ranked by log-probability / length**length_penalty. Each sentence stops
         once it has `beam_size` finished hypotheses, or at max_target_len(its source length). Returns a list of id lists (no <s>, no </s>).
         """
-        if beam_size == 1:
-            ids = self.greedy(src)[0]
-            return [self.strip(row.tolist()) for row in ids]
         b, k = src.size(0), beam_size
         memory, src_mask = self.encode(src)[:2]
         src_lens = (src != self.pad_id).sum(1).tolist()
@@ -193,7 +195,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         done = [False] * b
         norm = lambda logp, n: logp / n**length_penalty  # noqa: E731
         for step in range(max(limits)):
-            logp = self.decode(ys[:, -1:], state)[0][:, -1].float().log_softmax(-1)  # (B*K, V)
+            logp = self.next_logits(ys, state, use_cache).float().log_softmax(-1)  # (B*K, V)
             vocab = logp.size(-1)
             cand = (scores.view(-1, 1) + logp).view(b, k * vocab)
             top_scores, top_ids = cand.topk(2 * k, dim=1)  # (B, 2K): enough to refill K beams

@@ -1,0 +1,57 @@
+"""Attention Lab: see what every attention head of a Transformer does.
+
+`demo` is built at import time (Hugging Face Spaces import this file and launch it); the zoo models
+are loaded once, here, and shared by every request. `python app.py --help` for local options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import gradio as gr
+import torch
+
+from ui import compare, sorter
+from ui.common import preload
+
+# The Space has 2 vCPUs and the queue runs up to CONCURRENCY requests at once; each request's
+# PyTorch work then gets one thread, so two requests never fight over the same core.
+CONCURRENCY = int(os.environ.get("ATTENTION_LAB_CONCURRENCY", "2"))
+torch.set_num_threads(max(1, (os.cpu_count() or 2) // CONCURRENCY))
+logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+logging.getLogger("attention_lab").setLevel(logging.INFO)
+
+CSS = """
+.sorter-marks {display: flex; gap: 6px; flex-wrap: wrap; margin: 4px 0;}
+.sorter-marks .digit {display: inline-flex; flex-direction: column; align-items: center; min-width: 2.2em;
+  padding: 4px 6px; border-radius: 6px; font: 600 1.4em monospace;}
+.sorter-marks .digit small {font: 0.55em sans-serif;}
+.sorter-marks .ok {background: #d9f2dd; color: #14532d;}
+.sorter-marks .bad {background: #fde2e1; color: #7f1d1d;}
+"""
+
+MISSING = preload(["sorter-pe", "sorter-nope"])
+
+with gr.Blocks(title="Attention Lab") as demo:
+    gr.Markdown("# Attention Lab\nType digits or sentences and look at what every attention head does — on "
+                "small models trained in minutes, with numbers you can check.")
+    with gr.Tabs():
+        sorter.build(demo)
+        compare.build(demo)
+
+demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Run Attention Lab locally.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for your network)")
+    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--share", action="store_true", help="also create a public gradio.live link (needs internet)")
+    args = p.parse_args(argv)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS)
+
+
+if __name__ == "__main__":
+    main()

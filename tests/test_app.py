@@ -1,0 +1,106 @@
+"""The app through its API, as a gradio_client user sees it; and the tab callbacks called directly."""
+
+import gradio as gr
+import pytest
+from gradio_client.exceptions import AppError
+
+import zoo
+from ui import compare, sorter
+
+pytestmark = pytest.mark.app
+
+
+# ----- callbacks, called directly ------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["7 2 9 2 5 0 8 3", "7,2,9,2,5,0,8,3", " 7, 2 9,2 5 0 8 3 ", "72925083"])
+def test_parse_digits_accepts_spaces_commas_or_nothing(text):
+    assert sorter.parse_digits(text) == [7, 2, 9, 2, 5, 0, 8, 3]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "Type 8 digits"), ("1 2 3", "Got 3 digits"), ("1 2 3 4 5 6 7 8 9", "Got 9 digits"),
+    ("1 2 3 4 5 6 7 x", "'x' is not a digit"), ("10 2 3 4 5 6 7 8", "'10' is not a digit"),
+    ("-1 2 3 4 5 6 7 8", "'-1' is not a digit"), ("١ ٢ ٣ ٤ ٥ ٦ ٧ ٨", "is not a digit"),
+    ("<b>1</b> 2 3 4 5 6 7 8", "'‹b›1‹/b›' is not a digit"),
+])
+def test_sort_rejects_bad_input_with_a_message(text, message):
+    with pytest.raises(gr.Error) as err:
+        sorter.sort_digits(text, "sorter-pe")
+    assert message in err.value.message
+    assert "<" not in err.value.message
+
+
+def test_sort_callback_values():
+    answer, marks, heat, overview = sorter.sort_digits("7 2 9 2 5 0 8 3", "sorter-pe", "2", "3")
+    assert answer == "0 2 2 3 5 7 8 9"
+    assert marks.count('class="digit ok"') == 8 and "8/8 positions right" in marks
+    z = heat.data[0].z
+    assert len(z) == 8 and all(abs(sum(row) - 1) < 1e-5 for row in z)
+    assert list(heat.layout.yaxis.ticktext) == ["7", "2", "9", "2", "5", "0", "8", "3"]  # duplicates kept
+    assert len(overview.data) == 2 * 5  # 2 layers x (4 heads + average)
+
+
+def test_nope_sorter_marks_wrong_positions():
+    answer, marks, _, _ = sorter.sort_digits("7 2 9 2 5 0 8 3", "sorter-nope", "1", "average")
+    right = sum(a == b for a, b in zip(answer.split(), "0 2 2 3 5 7 8 9".split()))
+    assert marks.count('class="digit ok"') == right < 8
+    assert marks.count('class="digit bad"') == 8 - right
+
+
+def test_compare_and_permutation_test():
+    text, pe, nope, diff = compare.compare("7 2 9 2 5 0 8 3", "1", "1")
+    assert text.splitlines()[1] == "sorter-pe: 0 2 2 3 5 7 8 9 (8/8 right)"
+    assert diff.data[0].zmin == -1 and diff.data[0].zmax == 1
+    verdict, rows = compare.permutation_test("7 2 9 2 5 0 8 3", 4)
+    pe_row, nope_row = rows
+    assert pe_row[4] == "no" and pe_row[2] == "0 2 2 3 5 7 8 9"
+    assert nope_row[4] == "yes" and float(nope_row[5]) < 1e-5
+    assert "sorter-nope: outputs move with the digits" in verdict
+
+
+def test_accuracy_table_reads_metrics():
+    rows = {r[0]: r for r in compare.accuracy_table()}
+    assert rows["sorter-pe"][2] >= 0.998
+    assert rows["sorter-nope"][2] <= 0.005
+    assert rows["ceiling without positions (E[max count]/8)"][1] == pytest.approx(0.2999, abs=1e-4)
+
+
+# ----- through the API -----------------------------------------------------------------------------
+def test_named_endpoints(client):
+    names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert {"/sort", "/compare", "/permutation_test"} <= names
+
+
+def test_api_sort(client):
+    result = client.predict("7 2 9 2 5 0 8 3", "sorter-pe", "1", "average", api_name="/sort")
+    assert result[0] == "0 2 2 3 5 7 8 9"
+
+
+def test_api_compare(client):
+    result = client.predict("5 5 5 5 5 5 5 5", "1", "average", api_name="/compare")
+    assert "sorter-pe: 5 5 5 5 5 5 5 5 (8/8 right)" in result[0]
+
+
+@pytest.mark.parametrize("text,message", [("1 2 3", "Got 3 digits"), ("a b c d e f g h", "'a' is not a digit")])
+def test_api_bad_input_is_an_app_error_with_the_message(client, text, message):
+    with pytest.raises(AppError, match=message):
+        client.predict(text, "sorter-pe", "1", "average", api_name="/sort")
+
+
+def test_api_unknown_model_is_refused(client):
+    with pytest.raises((AppError, ValueError)):
+        client.predict("7 2 9 2 5 0 8 3", "sorter-xl", "1", "average", api_name="/sort")
+
+
+translator = pytest.mark.skipif("translator-en-de" not in zoo.available(), reason="translator not trained yet")
+
+
+@translator
+def test_api_translate(client):
+    result = client.predict("A man is riding a bicycle.", 5, "", "1", "average", api_name="/translate")
+    assert "Mann" in result[0]
+
+
+@translator
+def test_api_translate_refuses_empty(client):
+    with pytest.raises(AppError, match="empty"):
+        client.predict("   ", 5, "", "1", "average", api_name="/translate")

@@ -1,0 +1,186 @@
+"""The translator: data reading, tokenizer, training on a tiny synthetic corpus, decoding invariants."""
+
+import gzip
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import zoo
+from training import train_translator
+from training.multi30k import load_split
+from training.subwords import train_tokenizer
+from zoo.translator import TransformerTranslator
+
+SUBJECTS = [("A man", "Ein Mann"), ("A woman", "Eine Frau"), ("A dog", "Ein Hund"), ("A child", "Ein Kind"),
+            ("The girl", "Das Mädchen"), ("An old man", "Ein alter Mann")]
+VERBS = [("runs", "läuft"), ("sleeps", "schläft"), ("eats", "isst"), ("plays", "spielt"), ("waits", "wartet")]
+PLACES = [("in the park", "im Park"), ("on the street", "auf der Straße"), ("at the beach", "am Strand"),
+          ("near 3 trees", "bei 3 Bäumen"), ("under a bridge", "unter einer Brücke")]
+
+
+def synthetic_corpus(n, seed):
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        (se, sd), (ve, vd), (pe, pd) = rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(PLACES)
+        pairs.append((f"{se} {ve} {pe}.", f"{sd} {vd} {pd}."))
+    return pairs
+
+
+def write_split(folder, split, pairs):
+    for lang, idx in (("en", 0), ("de", 1)):
+        with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.write("\n".join(p[idx] for p in pairs) + "\n")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A 2+2-layer model trained for a few epochs on 400 synthetic pairs through the real CLI."""
+    data = tmp_path_factory.mktemp("data")
+    out = tmp_path_factory.mktemp("model")
+    write_split(data, "train", synthetic_corpus(400, 0))
+    write_split(data, "val", synthetic_corpus(40, 1))
+    train_translator.main(["--data-dir", str(data), "--out", str(out), "--epochs", "6", "--vocab-size", "300",
+                           "--d-model", "64", "--n-head", "4", "--n-layer", "2", "--d-ff", "128", "--dropout", "0.0",
+                           "--max-tokens", "600", "--lr", "3e-3", "--warmup", "20", "--average", "2",
+                           "--dtype", "fp32", "--seed", "1"])
+    return TransformerTranslator.from_pretrained(out), out
+
+
+def test_reads_gz_splits_and_explains_missing_files(tmp_path):
+    write_split(tmp_path, "val", [("Hello.", "Hallo."), ("Two dogs.", "Zwei Hunde.")])
+    assert load_split("val", tmp_path, cache_dir=tmp_path) == (["Hello.", "Two dogs."], ["Hallo.", "Zwei Hunde."])
+    with pytest.raises(ValueError, match="unknown split"):
+        load_split("test_2017", tmp_path)
+
+
+def test_missing_file_offline_gives_clear_error(tmp_path, monkeypatch):
+    import urllib.request
+
+    def offline(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(urllib.request, "urlretrieve", offline)
+    with pytest.raises(FileNotFoundError) as err:
+        load_split("train", tmp_path / "nowhere", cache_dir=tmp_path / "cache")
+    msg = str(err.value)
+    assert "train.en.gz" in msg and "https://github.com/multi30k/dataset" in msg and "--data-dir" in msg
+
+
+@pytest.mark.parametrize("text", [
+    "Ein älterer, übergewichtiger Mann wendet einen Pfannkuchen, während er Frühstück macht.",
+    "Straße: 3 Öfen, 42 Äpfel & süße Grüße! \"Zitat\" (Klammer) – ß",
+    "A MAN in a Red shirt, 2 dogs; 100% sure?",
+    "Emoji 🚲 and Cyrillic мир survive too.",
+])
+def test_tokenizer_is_lossless(text):
+    tok = train_tokenizer([p for pair in synthetic_corpus(200, 2) for p in pair], vocab_size=400)
+    assert tok.decode(tok.encode(text).ids) == text
+
+
+def test_training_learns_the_synthetic_language(tiny_model):
+    model, out = tiny_model
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "metrics.json",
+                                                       "model.safetensors", "tokenizer.json"]
+    history = __import__("json").loads((out / "metrics.json").read_text())["training"]["history"]
+    assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
+    hyp = model.translate(["A dog sleeps in the park."], beam_size=3)[0]
+    assert "Hund" in hyp
+
+
+def test_training_is_deterministic(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    write_split(data, "train", synthetic_corpus(60, 3))
+    write_split(data, "val", synthetic_corpus(6, 4))
+    args = ["--data-dir", str(data), "--epochs", "1", "--vocab-size", "280", "--d-model", "32", "--n-head", "2",
+            "--n-layer", "1", "--d-ff", "64", "--max-tokens", "300", "--dtype", "fp32", "--seed", "7"]
+    train_translator.main(args + ["--out", str(tmp_path / "a")])
+    train_translator.main(args + ["--out", str(tmp_path / "b")])
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+
+
+def test_cached_decoding_equals_full_recompute(tiny_model):
+    model = tiny_model[0]
+    src = model.batch_source(["A man runs on the street.", "The girl waits."])
+    ids_cached, logits_cached = model.greedy(src, use_cache=True)
+    ids_full, logits_full = model.greedy(src, use_cache=False)
+    assert torch.equal(ids_cached, ids_full)
+    assert torch.allclose(logits_cached, logits_full, atol=1e-5)
+
+
+def test_cached_beam_search_equals_uncached(tiny_model):
+    model = tiny_model[0]
+    src = model.batch_source(["A woman plays at the beach.", "A dog waits under a bridge."])
+    assert model.beam_search(src, 4, use_cache=True) == model.beam_search(src, 4, use_cache=False)
+
+
+def test_beam_one_equals_greedy(tiny_model):
+    model = tiny_model[0]
+    texts = ["A child eats at the beach.", "An old man plays under a bridge.", "A dog runs."]
+    src = model.batch_source(texts)
+    greedy = [model.strip(row.tolist()) for row in model.greedy(src)[0]]
+    assert model.beam_search(src, beam_size=1) == greedy
+
+
+def test_batched_beam_equals_one_by_one(tiny_model):
+    model = tiny_model[0]
+    texts = ["A woman sleeps near 3 trees.", "A dog eats.", "The girl plays in the park with a man."]
+    assert model.translate(texts, beam_size=4) == [model.translate([t], beam_size=4)[0] for t in texts]
+
+
+def test_explain_and_force_decode_shapes(tiny_model):
+    model = tiny_model[0]
+    info = model.explain("A man waits at the beach.", beam_size=3)
+    n_layer, n_head = len(model.decoder), model.decoder[0].self_attn.n_head
+    t_src, t_tgt = len(info["source_tokens"]), len(info["target_tokens"])
+    assert info["source_tokens"][-1] == "</s>" and info["target_tokens"][-1] == "</s>"
+    assert info["cross_attention"].shape == (n_layer, n_head, t_tgt, t_src)
+    assert info["decoder_self_attention"].shape == (n_layer, n_head, t_tgt, t_tgt)
+    assert info["encoder_self_attention"].shape == (len(model.encoder), n_head, t_src, t_src)
+    assert np.allclose(info["cross_attention"].sum(-1), 1, atol=1e-5)
+    assert np.allclose(np.triu(info["decoder_self_attention"], 1), 0)  # causal
+    assert len(info["steps"]) == t_tgt
+    for step in info["steps"]:
+        probs = [p for _, p in step["candidates"]]
+        assert len(probs) == 5 and probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-5
+    # the chosen tokens of a greedy decode are each step's top candidate
+    greedy = model.explain("A man waits at the beach.", beam_size=1)
+    assert all(s["candidates"][0][0] == s["token"] for s in greedy["steps"])
+
+    ref = model.force_decode("A man waits at the beach.", "Ein Mann wartet am Strand.")
+    t_ref = len(ref["target_tokens"])
+    assert ref["cross_attention"].shape == (n_layer, n_head, t_ref, t_src)
+    assert ref["token_probs"].shape == (t_ref,) and ((ref["token_probs"] > 0) & (ref["token_probs"] <= 1)).all()
+    assert ref["perplexity"] == pytest.approx(np.exp(-np.log(ref["token_probs"]).mean()), rel=1e-5)
+
+
+def test_bad_input_is_refused_not_cut(tiny_model):
+    model = tiny_model[0]
+    with pytest.raises(ValueError, match="empty"):
+        model.translate(["   "])
+    with pytest.raises(ValueError, match="at most 127"):
+        model.translate(["dog " * 200])
+    with pytest.raises(TypeError):
+        model.translate("A single string")
+
+
+def test_parameter_budget():
+    model = TransformerTranslator()  # the committed recipe's architecture
+    assert model.num_parameters() <= 10_000_000
+    # the output projection is the embedding matrix itself, not a copy
+    assert not any("out" in n and p.shape == model.embed.weight.shape for n, p in model.named_parameters())
+
+
+committed = pytest.mark.skipif("translator-en-de" not in zoo.available(), reason="translator not trained yet")
+
+
+@committed
+def test_committed_translator_translates():
+    model = zoo.load("translator-en-de")
+    assert (zoo.CHECKPOINTS / "translator-en-de" / "model.safetensors").stat().st_size <= 40e6
+    assert model.num_parameters() <= 10_000_000
+    german = model.translate(["A man is riding a bicycle."], beam_size=5)[0]
+    assert "Mann" in german and german != "A man is riding a bicycle."

@@ -1,0 +1,75 @@
+"""Score the translator with sacreBLEU and write the figures into metrics.json and the model card.
+
+    python -m training.evaluate_translator --split test_2016_flickr --data-dir ../shared/data/multi30k
+
+Reports cased BLEU (13a tokenizer, sacreBLEU's default), lowercased BLEU and chrF, for the asked
+split and for val (the split every choice was made on). Detokenized output against raw references.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from training.cards import write_translator_card
+from training.common import read_json, write_json
+from training.multi30k import SPLITS, load_split
+from zoo.translator import TransformerTranslator
+
+
+def score(hyps, refs):
+    bleu = sacrebleu.BLEU()
+    cased = bleu.corpus_score(hyps, [refs])
+    return {"bleu": round(cased.score, 2),
+            "bleu_lc": round(sacrebleu.BLEU(lowercase=True).corpus_score(hyps, [refs]).score, 2),
+            "chrf": round(sacrebleu.CHRF().corpus_score(hyps, [refs]).score, 2),
+            "signature": str(bleu.get_signature())}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--split", default="test_2016_flickr", choices=SPLITS)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--model-dir", default="zoo/checkpoints/translator-en-de")
+    p.add_argument("--beam-size", type=int, default=5)
+    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--no-write", action="store_true", help="print only; leave metrics.json and the card alone")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = TransformerTranslator.from_pretrained(args.model_dir)
+    results, examples = {}, []
+    for split in dict.fromkeys(["val", args.split]):
+        en, de = load_split(split, args.data_dir)
+        t0 = time.time()
+        hyps = model.translate(en, beam_size=args.beam_size, length_penalty=args.length_penalty)
+        r = score(hyps, de)
+        r["seconds"] = round(time.time() - t0, 1)
+        r["sentences"] = len(en)
+        results[split] = r
+        print(f"{split}: BLEU {r['bleu']:.2f} (cased), {r['bleu_lc']:.2f} (lowercased), chrF {r['chrf']:.2f}; "
+              f"{len(en)} sentences in {r['seconds']} s", flush=True)
+        if split == "val":
+            examples = [{"en": en[i], "hyp": hyps[i], "ref": de[i]} for i in (10, 25, 150)]
+    if not args.no_write:
+        folder = Path(args.model_dir)
+        metrics = read_json(folder / "metrics.json")
+        metrics["evaluation"] = {
+            "command": "python -m training.evaluate_translator " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+            "beam_size": args.beam_size, "length_penalty": args.length_penalty,
+            "sacrebleu_version": sacrebleu.__version__, "signature": results[args.split]["signature"],
+            "splits": {k: {kk: vv for kk, vv in v.items() if kk != "signature"} for k, v in results.items()},
+            "examples": examples,
+        }
+        write_json(folder / "metrics.json", metrics)
+        write_translator_card(folder)
+        print(f"wrote {folder / 'metrics.json'} and the model card")
+
+
+if __name__ == "__main__":
+    main()

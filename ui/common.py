@@ -1,0 +1,83 @@
+"""What every tab shares: the zoo models (loaded once per process) and user-facing errors."""
+
+from __future__ import annotations
+
+import functools
+import html
+import logging
+import threading
+
+import gradio as gr
+
+import zoo
+
+log = logging.getLogger("attention_lab")
+_lock = threading.Lock()
+_models = {}
+
+
+def model(name):
+    """The zoo model `name`, loaded on first use and shared by every request afterwards.
+
+    Sharing is safe because inference never changes a model: weights are read-only, attention
+    maps are returned rather than stored, and ablations (issue: head ablation) are per call."""
+    if name not in _models:
+        with _lock:
+            if name not in _models:
+                _models[name] = zoo.load(name)
+    return _models[name]
+
+
+def preload(names):
+    """Load what exists now, so the first request doesn't pay for it. Returns {name: error}."""
+    problems = {}
+    for name in names:
+        try:
+            model(name)
+        except (KeyError, FileNotFoundError, ValueError) as e:
+            problems[name] = str(e)
+            log.warning("model %s not loaded: %s", name, e)
+    return problems
+
+
+def user_errors(fn):
+    """Turn a callback's ValueError (a user mistake, worded for the user) into gr.Error, and any
+    other failure into a gr.Error that says what failed, logging the traceback server-side, so the
+    user never sees a raw traceback or a bare "Error"."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except (ValueError, FileNotFoundError) as e:
+            # Gradio renders error messages as HTML and ours may quote user input: escape it.
+            raise gr.Error(html.escape(str(e), quote=False), print_exception=False) from None
+        except Exception as e:  # noqa: BLE001 - the last line of defence for a public app
+            log.exception("callback %s failed", fn.__name__)
+            raise gr.Error(f"{fn.__name__} failed unexpectedly ({type(e).__name__}). "
+                           "Please try another input; the problem has been logged.",
+                           print_exception=False) from None
+
+    return wrapper
+
+
+def check_text(text, what, max_chars):
+    """Common text checks: a string, not blank, not absurdly long."""
+    if not isinstance(text, str):
+        raise ValueError(f"The {what} must be text.")
+    if not text.strip():
+        raise ValueError(f"The {what} is empty. Type something first.")
+    if len(text) > max_chars:
+        raise ValueError(f"The {what} is {len(text):,} characters long; at most {max_chars:,} are accepted.")
+    return text.strip()
+
+
+def quote(text, limit=30):
+    """A short, printable excerpt of user input for an error message."""
+    text = "".join(c if c.isprintable() else "�" for c in str(text))
+    # Look-alikes for HTML's special characters keep the message readable in the browser (which
+    # renders it as HTML) and for API clients (which get it verbatim).
+    text = text.translate(str.maketrans({"<": "‹", ">": "›", "&": "＆"}))
+    return repr(text if len(text) <= limit else text[:limit] + "…")
