@@ -13,7 +13,7 @@ import os
 import gradio as gr
 import torch
 
-from ui import compare, sorter
+from ui import basics, compare, links, phobert, sorter, translator
 from ui.common import preload
 
 # The Space has 2 vCPUs and the queue runs up to CONCURRENCY requests at once; each request's
@@ -32,14 +32,28 @@ CSS = """
 .sorter-marks .bad {background: #fde2e1; color: #7f1d1d;}
 """
 
-MISSING = preload(["sorter-pe", "sorter-nope"])
+MISSING = preload(["sorter-pe", "sorter-nope", "translator-en-de"])
+if os.environ.get("ATTENTION_LAB_PRELOAD_PHOBERT", "1") != "0":
+    phobert.preload_in_background()
 
 with gr.Blocks(title="Attention Lab") as demo:
     gr.Markdown("# Attention Lab\nType digits or sentences and look at what every attention head does — on "
                 "small models trained in minutes, with numbers you can check.")
-    with gr.Tabs():
-        sorter.build(demo)
-        compare.build(demo)
+    with gr.Tabs() as tabs:
+        tab_parts = {"sorter": sorter.build(demo), "compare": compare.build(demo),
+                     "translator": translator.build(demo), "phobert": phobert.build(demo)}
+        basics.build(demo)  # fills itself on load; only the tab itself is linkable
+    # Page load: first apply a shared link's query parameters (?tab=...&...), then render every tab
+    # with the inputs it now holds, so the page opens with results already shown.
+    registered = [(name, len(part["inputs"])) for name, part in tab_parts.items()]
+
+    def restore_link(request: gr.Request):
+        return links.restore(registered, request)
+
+    event = demo.load(restore_link, None, [tabs] + [c for part in tab_parts.values() for c in part["inputs"]],
+                      api_visibility="private")
+    for part in tab_parts.values():
+        event = event.then(*part["load"], api_visibility="private")
 
 demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import zoo
-from training.train_sorter import accuracy, eval_set, random_digits, train
-from zoo.sorter import DigitSorter, sorting_ceiling_without_positions
+from training.train_sorter import train
+from zoo.sorter import DigitSorter, accuracy, eval_set, random_digits, sorting_ceiling_without_positions
 
 
 @pytest.mark.parametrize("use_pe", [True, False])

@@ -17,9 +17,9 @@ import torch
 
 from training.cards import write_sorter_card
 from training.common import read_json, write_json
-from training.train_sorter import eval_set, evaluate, train
+from training.train_sorter import evaluate, train
 from zoo import CHECKPOINTS
-from zoo.sorter import sorting_ceiling_without_positions
+from zoo.sorter import eval_set, sorting_ceiling_without_positions
 
 
 def main(argv=None):

@@ -27,32 +27,13 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from training.common import pick_device, write_json
-from zoo.sorter import SEQ_LEN, N_DIGITS, DigitSorter, sorting_ceiling_without_positions
+from zoo.sorter import EVAL_SEED, DigitSorter, accuracy, eval_set, random_digits, sorting_ceiling_without_positions
 
-EVAL_SEED = 2024  # evaluation sequences come from their own generator, never the training one
 SNAPSHOT_STEPS = (0, 50, 100, 200, 400, 800, 1500)
 RECIPES = {
     "seed": {"lr": 1e-3, "warmup": 0, "schedule": "constant", "optimizer": "adam", "clip": None},
     "ours": {"lr": 5e-3, "warmup": 100, "schedule": "cosine", "optimizer": "adamw", "clip": 1.0},
 }
-
-
-def random_digits(n, generator, device="cpu"):
-    """(n, 8) random digits and their sorted version, the targets."""
-    x = torch.randint(0, N_DIGITS, (n, SEQ_LEN), generator=generator).to(device)
-    return x, x.sort(dim=1).values
-
-
-def eval_set(n=5000, seed=EVAL_SEED):
-    return random_digits(n, torch.Generator().manual_seed(seed))
-
-
-@torch.inference_mode()
-def accuracy(model, x, y):
-    """(per-position accuracy, whole-sequence accuracy, accuracy of each output slot)."""
-    model.eval()
-    correct = model(x.to(next(model.parameters()).device)).argmax(-1).cpu() == y
-    return correct.float().mean().item(), correct.all(1).float().mean().item(), correct.float().mean(0).tolist()
 
 
 def lr_factor(step, steps, warmup, schedule):

@@ -81,3 +81,39 @@ def quote(text, limit=30):
     # renders it as HTML) and for API clients (which get it verbatim).
     text = text.translate(str.maketrans({"<": "‹", ">": "›", "&": "＆"}))
     return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def head_names(n_layer, n_head, prefix=""):
+    """['L1H1', 'L1H2', ...]: how heads are named in selectors and ablation lists."""
+    return [f"{prefix}L{layer + 1}H{head + 1}" for layer in range(n_layer) for head in range(n_head)]
+
+
+def head_mask(selected, n_layer, n_head, prefix=""):
+    """Names of heads to switch off -> (n_layer, n_head) float mask (1 keep, 0 off), or None if
+    nothing is switched off. Unknown names are refused with the accepted ones listed."""
+    import torch
+
+    if not selected:
+        return None
+    if isinstance(selected, str) or not isinstance(selected, (list, tuple)):
+        raise ValueError("Heads to switch off must be a list of names like L1H2.")
+    names = head_names(n_layer, n_head, prefix)
+    mask = torch.ones(n_layer, n_head)
+    for name in selected:
+        if name not in names:
+            raise ValueError(f"Unknown head {quote(name)}; choose from {', '.join(names)}.")
+        i = names.index(name)
+        mask[i // n_head, i % n_head] = 0
+    return mask
+
+
+_snapshots = {}
+
+
+def snapshots(name):
+    """The sorter's training snapshots (zoo.snapshots), loaded once per process."""
+    if name not in _snapshots:
+        with _lock:
+            if name not in _snapshots:
+                _snapshots[name] = zoo.snapshots(name)
+    return _snapshots[name]

@@ -6,9 +6,11 @@ import gradio as gr
 import numpy as np
 
 from training.common import read_json
-from ui import plots
+from ui import links, plots
 from ui.common import model, user_errors
-from ui.sorter import DEFAULT, EXAMPLES, HEAD_CHOICES, LAYER_CHOICES, parse_digits, run_sorter, select_map
+from ui.export import export_files
+from ui.sorter import (DEFAULT, EXAMPLES, FINAL_SNAPSHOT, HEAD_CHOICES, LAYER_CHOICES, parse_digits, pick_net,
+                       run_sorter, select_map)
 from zoo import CHECKPOINTS
 from zoo.sorter import sorting_ceiling_without_positions
 
@@ -21,20 +23,44 @@ def summary_line(name, pred, target):
     return f"{name}: {' '.join(map(str, pred))} ({right}/{len(pred)} right)"
 
 
+def both_views(digits, layer, head, snapshot):
+    """For each model: its prediction, the selected map, its name, and the snapshot note."""
+    views = []
+    for name in NAMES:
+        net, note = pick_net(name, snapshot)
+        pred, maps, _ = run_sorter(net, digits)
+        w, what = select_map(maps, layer, head)
+        views.append((name, pred, w, what, note))
+    return views
+
+
 @user_errors
-def compare(text, layer="1", head="average"):
+def compare(text, layer="1", head="average", snapshot=FINAL_SNAPSHOT):
     """/compare: both answers as plain text, then the PE map, the no-PE map and their difference."""
     digits = parse_digits(text)
     target, tokens = sorted(digits), [str(d) for d in digits]
-    lines, figs, picked = [], [], []
-    for name in NAMES:
-        pred, maps, _ = run_sorter(model(name), digits)
-        w, what = select_map(maps, layer, head)
-        lines.append(summary_line(name, pred, target))
-        picked.append(w)
-        figs.append(plots.attention_heatmap(w, tokens, tokens, f"{name}: {what}"))
-    diff = plots.attention_heatmap(picked[0] - picked[1], tokens, tokens, "difference: PE minus no-PE", diff=True)
-    return "\n".join([f"true sort: {' '.join(map(str, target))}"] + lines), figs[0], figs[1], diff
+    views = both_views(digits, layer, head, snapshot)
+    lines = [f"true sort: {' '.join(map(str, target))}"] + [summary_line(n, p, target) for n, p, *_ in views]
+    figs = [plots.attention_heatmap(w, tokens, tokens, f"{n}: {what}") for n, _, w, what, _ in views]
+    diff = plots.attention_heatmap(views[0][2] - views[1][2], tokens, tokens, "difference: PE minus no-PE",
+                                   diff=True)
+    return "\n".join(lines + [views[0][4]]), figs[0], figs[1], diff
+
+
+@user_errors
+def export_compare(text, layer="1", head="average", snapshot=FINAL_SNAPSHOT):
+    """/compare_export: both selected maps and their difference, each as JSON, CSV, SVG and PNG."""
+    digits = parse_digits(text)
+    tokens = [str(d) for d in digits]
+    views = both_views(digits, layer, head, snapshot)
+    files = []
+    for name, _, w, what, note in views:
+        files += export_files(w, tokens, tokens, f"{name}-{what}", model=name, view=what, input=" ".join(tokens),
+                              title=f"{name}: {what}", snapshot=note)
+    files += export_files(views[0][2] - views[1][2], tokens, tokens, f"difference-{views[0][3]}", diff=True,
+                          model="sorter-pe minus sorter-nope", view=views[0][3], input=" ".join(tokens),
+                          title=f"PE minus no-PE: {views[0][3]}")
+    return files
 
 
 def accuracy_table():
@@ -97,20 +123,26 @@ def build(demo):
             "*i*-th smallest digit. The best it can do is the most frequent digit — right in 30% of slots.")
         with gr.Row():
             digits = gr.Textbox(DEFAULT, label="8 digits (0-9)", max_length=200, elem_id="compare-input", scale=3)
-            layer = gr.Radio(LAYER_CHOICES, value="1", label="Layer (both models)", scale=1)
-            head = gr.Radio(HEAD_CHOICES, value="average", label="Head (both models)", scale=2)
+            layer = gr.Radio(LAYER_CHOICES, value="1", label="Layer (both models)", scale=1, elem_id="compare-layer")
+            head = gr.Radio(HEAD_CHOICES, value="average", label="Head (both models)", scale=2, elem_id="compare-head")
+        snapshot = gr.Slider(0, FINAL_SNAPSHOT, value=FINAL_SNAPSHOT, step=1, elem_id="compare-snapshot",
+                             label="Training snapshot, both models (0 = initialisation, last = final model)")
         btn = gr.Button("Compare", variant="primary", elem_id="compare-run")
         gr.Examples(EXAMPLES, inputs=[digits])
-        answer = gr.Textbox(label="Answers", lines=3, interactive=False, elem_id="compare-answer")
+        answer = gr.Textbox(label="Answers", lines=4, interactive=False, elem_id="compare-answer")
         with gr.Row():
             pe_map = gr.Plot(label="With positional encoding", elem_id="compare-pe")
             nope_map = gr.Plot(label="Without positional encoding", elem_id="compare-nope")
             diff_map = gr.Plot(label="Difference", elem_id="compare-diff")
-        inputs, outputs = [digits, layer, head], [answer, pe_map, nope_map, diff_map]
+        with gr.Row():
+            export_btn = gr.Button("Export these views (JSON, CSV, SVG, PNG)", elem_id="compare-export")
+            files = gr.File(label="Downloads", file_count="multiple", elem_id="compare-files")
+        inputs, outputs = [digits, layer, head, snapshot], [answer, pe_map, nope_map, diff_map]
         btn.click(compare, inputs, outputs, api_name="compare")
         digits.submit(compare, inputs, outputs, api_visibility="private")
-        gr.on([layer.change, head.change], compare, inputs, outputs, api_visibility="private")
-        demo.load(compare, inputs, outputs, api_visibility="private")
+        gr.on([layer.change, head.change, snapshot.release], compare, inputs, outputs, api_visibility="private")
+        export_btn.click(export_compare, inputs, files, api_name="compare_export")
+        links.add_link_button("compare", inputs)
 
         gr.Markdown("### Permutation test\nShuffle the input and see which model's answers simply follow the digits.")
         with gr.Row():
@@ -127,3 +159,4 @@ def build(demo):
             gr.Dataframe(accuracy_table(), headers=["model", "per-position accuracy", "whole-sequence accuracy",
                                                     "sequences"], interactive=False, elem_id="compare-accuracy")
             gr.Plot(loss_curves(), label="Training loss", elem_id="compare-loss")
+    return {"inputs": inputs, "load": (compare, inputs, outputs)}

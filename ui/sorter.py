@@ -10,10 +10,19 @@ import torch
 from plotly.subplots import make_subplots
 import plotly.graph_objects as go
 
-from ui import plots
-from ui.common import model, quote, user_errors
+from training.common import read_json
+from ui import links, plots
+from ui.common import head_mask, head_names, model, quote, snapshots, user_errors
+from ui.export import export_files
+from zoo import CHECKPOINTS
+from zoo.sorter import accuracy, eval_set
+from zoo.stats import head_table, sorter_answer_keys
 
-SEQ_LEN = 8
+SEQ_LEN, N_LAYER, N_HEAD = 8, 2, 4
+# Index of the last training snapshot saved beside the weights (the last one is the final model).
+FINAL_SNAPSHOT = len(read_json(CHECKPOINTS / "sorter-pe" / "metrics.json").get("snapshots", [None])) - 1
+FIXED = eval_set(1000, seed=1)  # the ablation's fixed benchmark: 1,000 sequences, always the same
+STATS_HEADERS = ["layer", "head", "entropy (nats)", "self", "previous", "next", "first token", "answer digit"]
 MODEL_CHOICES = [("With positional encoding", "sorter-pe"), ("Without positional encoding", "sorter-nope")]
 HEAD_CHOICES = ["1", "2", "3", "4", "average"]
 LAYER_CHOICES = ["1", "2"]
@@ -52,10 +61,10 @@ def check_model(name):
     return name
 
 
-def run_sorter(net, digits):
+def run_sorter(net, digits, mask=None):
     """Predicted digits, attention maps as a (n_layer, n_head, 8, 8) array, and probabilities."""
     with torch.inference_mode():
-        logits, maps = net(torch.tensor([digits]), return_attention=True)
+        logits, maps = net(torch.tensor([digits]), return_attention=True, head_mask=mask)
     return (logits[0].argmax(-1).tolist(), torch.stack([m[0] for m in maps]).numpy(),
             logits[0].softmax(-1).numpy())
 
@@ -108,23 +117,72 @@ def overview_figure(maps, tokens, title):
     return fig
 
 
+def pick_net(name, snapshot):
+    """The model at training snapshot `snapshot` (an index into the saved snapshots; the last one
+    is the final model) and a line describing it."""
+    snaps = snapshots(name)
+    if isinstance(snapshot, bool) or not isinstance(snapshot, (int, float)) or snapshot != int(snapshot) \
+            or not 0 <= snapshot < len(snaps):
+        raise ValueError(f"Training snapshot must be a whole number from 0 to {len(snaps) - 1}.")
+    snap = snaps[int(snapshot)]
+    final = int(snapshot) == len(snaps) - 1
+    net = model(name) if final else snap["model"]
+    where = "final model" if final else "snapshot"
+    return net, (f"{where}: training step {snap['step']} of {snaps[-1]['step']} — accuracy on 5,000 fresh sequences "
+                 f"{snap['per_position_accuracy']:.3f} per position, {snap['sequence_accuracy']:.3f} whole sequence")
+
+
+def ablation_note(net, mask, off):
+    """Whole-sequence accuracy on 1,000 fixed sequences with and without the switched-off heads."""
+    if mask is None:
+        return "No heads switched off."
+    x, y = FIXED
+    base, ablated = accuracy(net, x, y), accuracy(net, x, y, head_mask=mask)
+    return (f"Switched off {', '.join(off)}. On 1,000 fixed sequences: whole-sequence accuracy "
+            f"{ablated[1]:.3f} (intact model {base[1]:.3f}), per position {ablated[0]:.3f} (intact {base[0]:.3f}).")
+
+
 @user_errors
-def sort_digits(text, model_name="sorter-pe", layer="1", head="average"):
-    """/sort: the sorted answer (plain text) first, then the marked prediction, the selected head's
-    map and the all-heads overview."""
+def sort_digits(text, model_name="sorter-pe", layer="1", head="average", snapshot=FINAL_SNAPSHOT, ablate=None):
+    """/sort: the sorted answer (plain text) first; then the marked prediction, the selected head's
+    map, the all-heads overview, a note on the snapshot and ablation, and the per-head statistics."""
     digits = parse_digits(text)
     name = check_model(model_name)
-    pred, maps, _ = run_sorter(model(name), digits)
+    net, snap_note = pick_net(name, snapshot)
+    mask = head_mask(ablate, N_LAYER, N_HEAD)
+    pred, maps, _ = run_sorter(net, digits, mask)
     target = sorted(digits)
     w, what = select_map(maps, layer, head)
     tokens = [str(d) for d in digits]
     fig = plots.attention_heatmap(w, tokens, tokens, f"{name}: {what}",
                                   x_title="key: input position (digit)", y_title="query: input position (digit)")
+    stats = head_table(maps, sorter_answer_keys(digits))
     return (" ".join(map(str, pred)), marks_html(pred, target), fig,
-            overview_figure(maps, tokens, f"{name}: all layers and heads"))
+            overview_figure(maps, tokens, f"{name}: all layers and heads"),
+            snap_note + "\n" + ablation_note(net, mask, ablate), [list(r.values()) for r in stats])
+
+
+@user_errors
+def export_view(text, model_name="sorter-pe", layer="1", head="average", snapshot=FINAL_SNAPSHOT, ablate=None):
+    """/sort_export: the selected view as JSON, CSV, SVG and PNG files."""
+    digits = parse_digits(text)
+    name = check_model(model_name)
+    net, snap_note = pick_net(name, snapshot)
+    _, maps, _ = run_sorter(net, digits, head_mask(ablate, N_LAYER, N_HEAD))
+    w, what = select_map(maps, layer, head)
+    tokens = [str(d) for d in digits]
+    return export_files(w, tokens, tokens, f"{name}-{what}", model=name, view=what, input=" ".join(tokens),
+                        title=f"{name}: {what}", snapshot=snap_note, heads_switched_off=list(ablate or []))
+
+
+def select_head(evt: gr.SelectData):
+    """A click on a statistics row selects that row's layer and head."""
+    row = evt.row_value
+    return str(row[0]), str(row[1])
 
 
 def build(demo):
+    """The tab; returns its input components (for deep links) and its first render (for page load)."""
     with gr.Tab("Sorter", id="sorter"):
         gr.Markdown(
             "A 2-layer Transformer (101,258 parameters) reads 8 digits and writes them sorted: output "
@@ -136,17 +194,34 @@ def build(demo):
                                     elem_id="sorter-input")
                 choice = gr.Radio(MODEL_CHOICES, value="sorter-pe", label="Model", elem_id="sorter-model")
                 with gr.Row():
-                    layer = gr.Radio(LAYER_CHOICES, value="1", label="Layer")
-                    head = gr.Radio(HEAD_CHOICES, value="average", label="Head")
+                    layer = gr.Radio(LAYER_CHOICES, value="1", label="Layer", elem_id="sorter-layer")
+                    head = gr.Radio(HEAD_CHOICES, value="average", label="Head", elem_id="sorter-head")
+                snapshot = gr.Slider(0, FINAL_SNAPSHOT, value=FINAL_SNAPSHOT, step=1, elem_id="sorter-snapshot",
+                                     label="Training snapshot (0 = initialisation, last = final model)")
+                ablate = gr.CheckboxGroup(head_names(N_LAYER, N_HEAD), label="Switch heads off (ablation)",
+                                          elem_id="sorter-ablate")
                 btn = gr.Button("Sort", variant="primary", elem_id="sorter-run")
                 gr.Examples(EXAMPLES, inputs=[digits])
             with gr.Column(scale=3):
                 answer = gr.Textbox(label="Predicted sorted sequence", elem_id="sorter-answer", interactive=False)
                 marks = gr.HTML(elem_id="sorter-marks")
+                note = gr.Textbox(label="Model state", lines=2, interactive=False, elem_id="sorter-note")
                 heat = gr.Plot(label="Attention of the selected head", elem_id="sorter-heatmap")
         overview = gr.Plot(label="All layers and heads", elem_id="sorter-overview")
-        inputs, outputs = [digits, choice, layer, head], [answer, marks, heat, overview]
+        gr.Markdown("**Per-head statistics** for this input (click a column to sort, a row to show that head). "
+                    "*answer digit* is the share of attention a query puts on the input positions holding the "
+                    "digit it must output.")
+        stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="sorter-stats")
+        with gr.Row():
+            export_btn = gr.Button("Export this view (JSON, CSV, SVG, PNG)", elem_id="sorter-export")
+            files = gr.File(label="Downloads", file_count="multiple", elem_id="sorter-files")
+        inputs = [digits, choice, layer, head, snapshot, ablate]
+        outputs = [answer, marks, heat, overview, note, stats]
         btn.click(sort_digits, inputs, outputs, api_name="sort")
         digits.submit(sort_digits, inputs, outputs, api_visibility="private")
-        gr.on([choice.change, layer.change, head.change], sort_digits, inputs, outputs, api_visibility="private")
-        demo.load(sort_digits, inputs, outputs, api_visibility="private")
+        gr.on([choice.change, layer.change, head.change, snapshot.release, ablate.change], sort_digits, inputs,
+              outputs, api_visibility="private")
+        stats.select(select_head, None, [layer, head], api_visibility="private")
+        export_btn.click(export_view, inputs, files, api_name="sort_export")
+        links.add_link_button("sorter", inputs)
+    return {"inputs": inputs, "load": (sort_digits, inputs, outputs)}

@@ -5,8 +5,12 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
-from ui import plots
-from ui.common import check_text, model, quote, user_errors
+from training.common import read_json
+from ui import links, plots
+from ui.common import check_text, head_mask, head_names, model, quote, user_errors
+from ui.export import export_files
+from zoo import CHECKPOINTS
+from zoo.stats import head_table
 
 NAME = "translator-en-de"
 MAX_CHARS = 600
@@ -22,6 +26,19 @@ EXAMPLES = [
      "Ein älterer, übergewichtiger Mann wendet einen Pfannkuchen, während er Frühstück macht."],
 ]
 DEFAULT = EXAMPLES[0]
+CONFIG = read_json(CHECKPOINTS / NAME / "config.json")  # empty until the translator is trained
+N_ENC, N_DEC, N_HEAD = CONFIG.get("n_enc_layer", 3), CONFIG.get("n_dec_layer", 3), CONFIG.get("n_head", 4)
+ABLATION_CHOICES = head_names(N_ENC, N_HEAD, "enc ") + head_names(N_DEC, N_HEAD, "dec ") + head_names(N_DEC, N_HEAD, "cross ")
+
+
+COMPONENTS = {"cross-attention": ("cross_attention", "target_tokens", "source_tokens",
+                                   "output token (German)", "source token (English)"),
+              "decoder self-attention": ("decoder_self_attention", "target_tokens", "target_tokens",
+                                         "output token (query)", "earlier output token (key)"),
+              "encoder self-attention": ("encoder_self_attention", "source_tokens", "source_tokens",
+                                         "source token (query)", "source token (key)")}
+MASK_KEYS = {"cross": "cross", "dec": "decoder_self", "enc": "encoder"}  # ablation name prefix -> head_mask key
+STATS_HEADERS = ["component", "layer", "head", "entropy (nats)", "self", "previous", "next", "first token"]
 
 
 def check_beam(beam_size):
@@ -30,6 +47,24 @@ def check_beam(beam_size):
             or not 1 <= beam_size <= 8:
         raise ValueError(f"Beam size must be a whole number from 1 to 8, not {quote(beam_size)}.")
     return int(beam_size)
+
+
+def translator_head_mask(net, selected):
+    """['cross L1H2', 'enc L3H1', ...] -> the translator's head_mask dict, or None."""
+    if not selected:
+        return None
+    if isinstance(selected, str) or not isinstance(selected, (list, tuple)):
+        raise ValueError("Heads to switch off must be a list of names like 'cross L1H2'.")
+    n_head = net.decoder[0].self_attn.n_head
+    masks = {}
+    for prefix, key in MASK_KEYS.items():
+        chosen = [s.split(" ", 1)[1] for s in selected if isinstance(s, str) and s.startswith(prefix + " ")]
+        n_layer = len(net.encoder) if key == "encoder" else len(net.decoder)
+        masks[key] = head_mask(chosen, n_layer, n_head)
+    unknown = [s for s in selected if not (isinstance(s, str) and s.split(" ", 1)[0] in MASK_KEYS)]
+    if unknown:
+        raise ValueError(f"Unknown head {quote(unknown[0])}; names look like 'enc L1H2', 'dec L2H1', 'cross L3H4'.")
+    return masks
 
 
 def pick(maps, layer, head):
@@ -45,10 +80,18 @@ def pick(maps, layer, head):
     return maps[layer_i, head_i], f"layer {layer}, head {head}"
 
 
-def cross_figure(info, layer, head):
-    w, what = pick(info["cross_attention"], layer, head)
-    return plots.attention_heatmap(w, info["target_tokens"], info["source_tokens"], f"Cross-attention, {what}",
-                                   x_title="source token (English)", y_title="output token (German)")
+def component_view(info, component, layer, head):
+    """(weights, query tokens, key tokens, title, axis titles) of the selected map."""
+    if component not in COMPONENTS:
+        raise ValueError(f"Choose one of: {', '.join(COMPONENTS)}.")
+    key, q_key, k_key, y_title, x_title = COMPONENTS[component]
+    w, what = pick(info[key], layer, head)
+    return w, info[q_key], info[k_key], f"{component[0].upper() + component[1:]}, {what}", x_title, y_title
+
+
+def main_figure(info, component, layer, head):
+    w, q, k, title, x_title, y_title = component_view(info, component, layer, head)
+    return plots.attention_heatmap(w, q, k, title, x_title=x_title, y_title=y_title)
 
 
 def step_view(info, step, layer, head):
@@ -64,42 +107,77 @@ def step_view(info, step, layer, head):
     return fig, table
 
 
+def stats_rows(info):
+    rows = []
+    for component, (key, *_rest) in COMPONENTS.items():
+        rows += [[component, *r.values()] for r in head_table(info[key])]
+    return rows
+
+
 def reference_view(ref):
     w = ref["cross_attention"].mean(axis=(0, 1))  # (T_ref, T_src): all layers and heads
     fig = plots.attention_heatmap(w, ref["target_tokens"], ref["source_tokens"],
                                   "Reference, teacher-forced: cross-attention (mean of all layers and heads)",
                                   x_title="source token (English)", y_title="reference token (German)")
     table = [[i + 1, tok, round(float(p), 4)] for i, (tok, p) in enumerate(zip(ref["target_tokens"], ref["token_probs"]))]
+    worst = min(table, key=lambda r: r[2])
     summary = (f"Reference: {len(table)} tokens, log-probability {ref['log_prob']:.2f}, "
-               f"perplexity {ref['perplexity']:.2f}; least expected token: "
-               f"{min(table, key=lambda r: r[2])[1]!r} (p = {min(r[2] for r in table):.3f})")
+               f"perplexity {ref['perplexity']:.2f}; least expected token: {worst[1]!r} (p = {worst[2]:.3f})")
     return summary, fig, table
 
 
 @user_errors
-def translate(text, beam_size=5, reference="", layer="1", head="average"):
-    """/translate: the German translation (plain text) first; then the cross-attention map, the
-    timeline slider, its first step's view, the optional reference's scores, and the state."""
+def translate(text, beam_size=5, reference="", component="cross-attention", layer="1", head="average",
+              ablate=None):
+    """/translate: the German translation (plain text) first; then the selected attention map, the
+    timeline slider, its first step's view, the per-head statistics, the optional reference's
+    scores, and the state that later selections redraw from."""
     text = check_text(text, "English sentence", MAX_CHARS)
     beam = check_beam(beam_size)
     net = model(NAME)
-    info = net.explain(text, beam_size=beam)
-    n = len(info["steps"])
+    mask = translator_head_mask(net, ablate)
+    info = net.explain(text, beam_size=beam, head_mask=mask)
+    info["ablated"] = list(ablate or [])
     bar, table = step_view(info, 1, layer, head)
     ref_summary, ref_fig, ref_table = "", None, []
     if isinstance(reference, str) and reference.strip():
-        ref = net.force_decode(text, check_text(reference, "German reference", MAX_CHARS))
+        ref = net.force_decode(text, check_text(reference, "German reference", MAX_CHARS), head_mask=mask)
         ref_summary, ref_fig, ref_table = reference_view(ref)
-    return (info["translation"], cross_figure(info, layer, head), gr.Slider(1, n, value=1, step=1),
-            bar, table, ref_summary, ref_fig, ref_table, info)
+        info["reference"] = ref
+    n = len(info["steps"])
+    return (info["translation"], main_figure(info, component, layer, head), gr.Slider(1, n, value=1, step=1),
+            bar, table, stats_rows(info), ref_summary, ref_fig, ref_table, info)
 
 
 @user_errors
-def reselect(info, layer, head, step):
-    """Layer/head/step changed: redraw from the stored result, no new decoding."""
+def reselect(info, component, layer, head, step):
+    """Component/layer/head/step changed: redraw from the stored result, no new decoding."""
     if not info:
         raise ValueError("Translate a sentence first.")
-    return (cross_figure(info, layer, head), *step_view(info, step, layer, head))
+    return (main_figure(info, component, layer, head), *step_view(info, step, layer, head))
+
+
+@user_errors
+def export_view(info, component, layer, head):
+    """The selected map (and the reference's, when there is one) as JSON, CSV, SVG and PNG."""
+    if not info:
+        raise ValueError("Translate a sentence first.")
+    w, q, k, title, *_ = component_view(info, component, layer, head)
+    meta = {"model": NAME, "input": info["source_tokens"], "translation": info["translation"],
+            "heads_switched_off": info.get("ablated", [])}
+    files = export_files(w, q, k, f"translator-{title}", title=title, view=title, **meta)
+    if "reference" in info:
+        ref = info["reference"]
+        files += export_files(ref["cross_attention"].mean(axis=(0, 1)), ref["target_tokens"], ref["source_tokens"],
+                              "translator-reference-cross-attention", view="reference cross-attention, mean of all "
+                              "layers and heads", title="Reference cross-attention (mean)", **meta)
+    return files
+
+
+def select_row(evt: gr.SelectData):
+    """A click on a statistics row shows that component, layer and head."""
+    component, layer, head = evt.row_value[:3]
+    return component, str(layer), str(head)
 
 
 def build(demo):
@@ -114,17 +192,23 @@ def build(demo):
             with gr.Column(scale=2):
                 text = gr.Textbox(DEFAULT[0], label="English sentence", lines=2, max_length=MAX_CHARS,
                                   elem_id="translator-input")
-                beam = gr.Slider(1, 8, value=5, step=1, label="Beam size (1 = greedy)")
+                beam = gr.Slider(1, 8, value=5, step=1, label="Beam size (1 = greedy)", elem_id="translator-beam")
                 reference = gr.Textbox(DEFAULT[2], label="German reference (optional)", lines=2,
                                        max_length=MAX_CHARS, elem_id="translator-reference")
+                ablate = gr.Dropdown(ABLATION_CHOICES, multiselect=True, label="Switch heads off (ablation)",
+                                     elem_id="translator-ablate")
                 btn = gr.Button("Translate", variant="primary", elem_id="translator-run")
                 gr.Examples(EXAMPLES, inputs=[text, beam, reference])
             with gr.Column(scale=3):
                 german = gr.Textbox(label="German translation", interactive=False, elem_id="translator-output")
+                component = gr.Radio(list(COMPONENTS), value="cross-attention", label="Attention",
+                                     elem_id="translator-component")
                 with gr.Row():
-                    layer = gr.Radio(["1", "2", "3"], value="1", label="Layer")
-                    head = gr.Radio(["1", "2", "3", "4", "average"], value="average", label="Head")
-                cross = gr.Plot(label="Cross-attention", elem_id="translator-cross")
+                    layer = gr.Radio([str(i + 1) for i in range(max(N_ENC, N_DEC))], value="1", label="Layer",
+                                     elem_id="translator-layer")
+                    head = gr.Radio([str(i + 1) for i in range(N_HEAD)] + ["average"], value="average", label="Head",
+                                    elem_id="translator-head")
+                cross = gr.Plot(label="Attention map", elem_id="translator-cross")
         gr.Markdown("### Decoding timeline")
         step = gr.Slider(1, 2, value=1, step=1, label="Output step", elem_id="translator-step")
         with gr.Row():
@@ -138,10 +222,19 @@ def build(demo):
             ref_plot = gr.Plot(label="Reference cross-attention")
             ref_table = gr.Dataframe(headers=["position", "token", "probability"], interactive=False,
                                      label="Probability of each reference token")
-        inputs = [text, beam, reference, layer, head]
-        outputs = [german, cross, step, step_bar, step_table, ref_summary, ref_plot, ref_table, info]
+        gr.Markdown("### Per-head statistics (click a row to show that head)")
+        stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="translator-stats")
+        with gr.Row():
+            export_btn = gr.Button("Export the selected map (JSON, CSV, SVG, PNG)", elem_id="translator-export")
+            files = gr.File(label="Downloads", file_count="multiple", elem_id="translator-files")
+        inputs = [text, beam, reference, component, layer, head, ablate]
+        outputs = [german, cross, step, step_bar, step_table, stats, ref_summary, ref_plot, ref_table, info]
         btn.click(translate, inputs, outputs, api_name="translate")
         text.submit(translate, inputs, outputs, api_visibility="private")
-        demo.load(translate, inputs, outputs, api_visibility="private")
-        gr.on([layer.change, head.change, step.change], reselect, [info, layer, head, step],
-              [cross, step_bar, step_table], api_visibility="private")
+        ablate.change(translate, inputs, outputs, api_visibility="private")
+        gr.on([component.change, layer.change, head.change, step.change], reselect,
+              [info, component, layer, head, step], [cross, step_bar, step_table], api_visibility="private")
+        stats.select(select_row, None, [component, layer, head], api_visibility="private")
+        export_btn.click(export_view, [info, component, layer, head], files, api_name="translator_export")
+        links.add_link_button("translator", inputs)
+    return {"inputs": inputs, "load": (translate, inputs, outputs)}

@@ -42,3 +42,21 @@ def load(name):
     folder = checkpoint_dir(name)
     verify_manifest(folder)
     return MODELS[name][0].from_pretrained(folder, strict=True)
+
+
+def snapshots(name):
+    """The training snapshots saved beside a sorter: [{step, per_position_accuracy,
+    sequence_accuracy, model}], oldest first, each model verified and loaded strictly."""
+    import json
+
+    from safetensors.torch import load_model
+
+    folder = checkpoint_dir(name)
+    verify_manifest(folder)
+    config = json.loads((folder / "config.json").read_text())
+    out = []
+    for snap in json.loads((folder / "metrics.json").read_text()).get("snapshots", []):
+        net = MODELS[name][0](**config)
+        load_model(net, str(folder / snap["file"]), strict=True)
+        out.append({**{k: v for k, v in snap.items() if k != "file"}, "model": net.eval()})
+    return out

@@ -84,13 +84,19 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of x, split into heads: two (B, H, T_k, Dh) tensors."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
-    def forward(self, x, context=None, mask=None, kv=None, return_attention=False):
+    def forward(self, x, context=None, mask=None, kv=None, return_attention=False, head_mask=None):
         """x: (B, T_q, D) queries; context: (B, T_k, D) keys/values source (default x, i.e.
-        self-attention); kv: precomputed (k, v) that replaces context."""
+        self-attention); kv: precomputed (k, v) that replaces context.
+
+        head_mask: optional (H,) of 1 = keep, 0 = switch off. An ablated head still attends (its
+        weights are returned) but its output is zeroed before the heads are merged. It is an
+        argument of the call, never module state, so concurrent callers cannot see each other's."""
         q = self.split_heads(self.q_proj(x))  # (B, H, T_q, Dh)
         k, v = kv if kv is not None else self.project_kv(x if context is None else context)
         p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T_q, Dh)
+        if head_mask is not None:
+            out = out * head_mask.to(out.dtype).view(1, -1, 1, 1)
         return self.out_proj(self.merge_heads(out)), (weights if return_attention else None)
 
 
@@ -129,8 +135,8 @@ class EncoderBlock(nn.Module):
         self.ff = FeedForward(d_model, d_ff or 4 * d_model)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, mask=None, return_attention=False):
-        a, weights = self.attn(self.ln1(x), mask=mask, return_attention=return_attention)
+    def forward(self, x, mask=None, return_attention=False, head_mask=None):
+        a, weights = self.attn(self.ln1(x), mask=mask, return_attention=return_attention, head_mask=head_mask)
         x = x + self.drop(a)
         x = x + self.drop(self.ff(self.ln2(x)))
         return x, weights

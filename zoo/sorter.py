@@ -21,6 +21,7 @@ from .attention import EncoderBlock, sinusoidal_positions
 from .hub import ZooModel
 
 SEQ_LEN, N_DIGITS = 8, 10
+EVAL_SEED = 2024  # evaluation sequences come from their own generator, never the training one
 
 
 class DigitSorter(ZooModel, license="mit", tags=["toy", "sorting"]):
@@ -36,24 +37,21 @@ class DigitSorter(ZooModel, license="mit", tags=["toy", "sorting"]):
         self.blocks = nn.ModuleList(EncoderBlock(d_model, n_head, d_ff) for _ in range(n_layer))
         self.head = nn.Linear(d_model, n_digits)
 
-    def forward(self, x, return_attention=False):
+    def forward(self, x, return_attention=False, head_mask=None):
         """x: (B, T) digits -> logits (B, T, n_digits); with return_attention also a tuple of
-        n_layer attention maps, each (B, n_head, T, T)."""
+        n_layer attention maps, each (B, n_head, T, T). head_mask: optional (n_layer, n_head),
+        1 = keep, 0 = switch the head's output off for this call only."""
         # Scaling by sqrt(d) puts the embeddings on the same scale as the unit-amplitude sinusoids.
         h = self.embed(x) * math.sqrt(self.d_model)  # (B, T, D)
         if self.use_pos_encoding:
             h = h + self.pe[: x.size(1)]
         maps = []
-        for block in self.blocks:
-            h, w = block(h, return_attention=return_attention)
+        for i, block in enumerate(self.blocks):
+            h, w = block(h, return_attention=return_attention, head_mask=None if head_mask is None else head_mask[i])
             maps.append(w)
         logits = self.head(h)  # (B, T, n_digits)
         return (logits, tuple(maps)) if return_attention else logits
 
-    @torch.inference_mode()
-    def sort(self, x):
-        """Predicted sorted digits (B, T)."""
-        return self(x).argmax(-1)
 
 
 def sorting_ceiling_without_positions(seq_len=SEQ_LEN, n_digits=N_DIGITS):
@@ -70,3 +68,24 @@ def sorting_ceiling_without_positions(seq_len=SEQ_LEN, n_digits=N_DIGITS):
             ways //= math.factorial(c)
         total += ways * max(counts)
     return total / n_digits**seq_len / seq_len
+
+
+def random_digits(n, generator, device="cpu"):
+    """(n, 8) random digits and their sorted version, the targets."""
+    x = torch.randint(0, N_DIGITS, (n, SEQ_LEN), generator=generator).to(device)
+    return x, x.sort(dim=1).values
+
+
+def eval_set(n=5000, seed=EVAL_SEED):
+    """Fixed evaluation sequences: the same n sequences for every model and every call."""
+    return random_digits(n, torch.Generator().manual_seed(seed))
+
+
+@torch.inference_mode()
+def accuracy(model, x, y, head_mask=None):
+    """(per-position accuracy, whole-sequence accuracy, accuracy of each output slot)."""
+    was_training = model.training
+    model.eval()
+    correct = model(x.to(next(model.parameters()).device), head_mask=head_mask).argmax(-1).cpu() == y
+    model.train(was_training)
+    return correct.float().mean().item(), correct.all(1).float().mean().item(), correct.float().mean(0).tolist()

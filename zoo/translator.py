@@ -35,7 +35,8 @@ class DecoderBlock(nn.Module):
         self.ff = FeedForward(d_model, d_ff)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, cross_kv, self_mask, cross_mask, past_kv=None, return_attention=False):
+    def forward(self, x, cross_kv, self_mask, cross_mask, past_kv=None, return_attention=False,
+                self_head_mask=None, cross_head_mask=None):
         """x: (B, T_new, D) new target positions; cross_kv: the encoder's keys/values for this
         layer; past_kv: cached (k, v) of earlier target positions, each (B, H, T_past, Dh).
         Returns x, the updated self-attention (k, v) and the two attention maps (or None)."""
@@ -44,24 +45,37 @@ class DecoderBlock(nn.Module):
         if past_kv is not None:
             k = torch.cat([past_kv[0], k], dim=2)  # (B, H, T_past + T_new, Dh)
             v = torch.cat([past_kv[1], v], dim=2)
-        a, self_w = self.self_attn(h, mask=self_mask, kv=(k, v), return_attention=return_attention)
+        a, self_w = self.self_attn(h, mask=self_mask, kv=(k, v), return_attention=return_attention,
+                                   head_mask=self_head_mask)
         x = x + self.drop(a)
         a, cross_w = self.cross_attn(self.ln2(x), mask=cross_mask, kv=cross_kv,
-                                     return_attention=return_attention)
+                                     return_attention=return_attention, head_mask=cross_head_mask)
         x = x + self.drop(a)
         x = x + self.drop(self.ff(self.ln3(x)))
         return x, (k, v), self_w, cross_w
 
 
+HEAD_MASK_KEYS = ("encoder", "decoder_self", "cross")
+
+
+def layer_mask(head_mask, key, layer):
+    """Row `layer` of head_mask[key] ((n_layer, n_head), 1 = keep), or None when not ablating."""
+    if not head_mask or head_mask.get(key) is None:
+        return None
+    return head_mask[key][layer]
+
+
 @dataclass
 class DecoderState:
     """What incremental decoding carries between steps: per layer the encoder's keys/values
-    (computed once) and the growing self-attention cache, plus the source mask."""
+    (computed once) and the growing self-attention cache, plus the source mask and the heads
+    this call switches off."""
 
     cross_kv: list
     self_kv: list
     cross_mask: torch.Tensor
     length: int = 0
+    head_mask: dict | None = None
 
     def reorder(self, index):
         """Keep batch rows `index` (beam search picks which hypotheses survive)."""
@@ -104,20 +118,24 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         x = self.embed(ids) * math.sqrt(self.d_model)  # (B, T, D)
         return self.drop(x + self.pe[offset: offset + ids.size(1)])
 
-    def encode(self, src, return_attention=False):
+    def encode(self, src, return_attention=False, head_mask=None):
         """src (B, S) ids, right-padded -> memory (B, S, D), its key mask (B, 1, 1, S) and the
-        encoder self-attention maps (tuple of (B, H, S, S), or empty)."""
+        encoder self-attention maps (tuple of (B, H, S, S), or empty).
+
+        head_mask, here and below: None, or {"encoder" | "decoder_self" | "cross": (n_layer, n_head)
+        tensor, 1 = keep, 0 = switch the head off} for this call only."""
         mask = key_padding_mask(src != self.pad_id)
         x = self.embed_tokens(src)
         maps = []
-        for block in self.encoder:
-            x, w = block(x, mask=mask, return_attention=return_attention)
+        for i, block in enumerate(self.encoder):
+            x, w = block(x, mask=mask, return_attention=return_attention,
+                         head_mask=layer_mask(head_mask, "encoder", i))
             maps.append(w)
         return self.enc_ln(x), mask, tuple(maps) if return_attention else ()
 
-    def start_state(self, memory, src_mask):
+    def start_state(self, memory, src_mask, head_mask=None):
         cross_kv = [block.cross_attn.project_kv(memory) for block in self.decoder]
-        return DecoderState(cross_kv, [None] * len(self.decoder), src_mask)
+        return DecoderState(cross_kv, [None] * len(self.decoder), src_mask, head_mask=head_mask)
 
     def decode(self, tgt, state, return_attention=False):
         """Run the decoder on new target ids (B, T_new) that follow the cached ones.
@@ -131,8 +149,10 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         x = self.embed_tokens(tgt, offset=past)
         self_maps, cross_maps = [], []
         for i, block in enumerate(self.decoder):
-            x, state.self_kv[i], sw, cw = block(x, state.cross_kv[i], self_mask, state.cross_mask,
-                                                past_kv=state.self_kv[i], return_attention=return_attention)
+            x, state.self_kv[i], sw, cw = block(
+                x, state.cross_kv[i], self_mask, state.cross_mask, past_kv=state.self_kv[i],
+                return_attention=return_attention, self_head_mask=layer_mask(state.head_mask, "decoder_self", i),
+                cross_head_mask=layer_mask(state.head_mask, "cross", i))
             self_maps.append(sw)
             cross_maps.append(cw)
         state.length += t_new
@@ -154,18 +174,18 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         (its keys/values are appended to the cache); without it the whole prefix is recomputed."""
         if use_cache:
             return self.decode(ys[:, -1:], state)[0][:, -1]
-        fresh = DecoderState(state.cross_kv, [None] * len(self.decoder), state.cross_mask)
+        fresh = DecoderState(state.cross_kv, [None] * len(self.decoder), state.cross_mask, head_mask=state.head_mask)
         return self.decode(ys, fresh)[0][:, -1]
 
     @torch.inference_mode()
-    def greedy(self, src, use_cache=True):
+    def greedy(self, src, use_cache=True, head_mask=None):
         """Greedy search. Returns the ids (B, T) without <s> (stopping after </s>) and the
         per-step logits (B, T, V). use_cache=False recomputes the whole prefix every step."""
-        memory, src_mask = self.encode(src)[:2]
+        memory, src_mask = self.encode(src, head_mask=head_mask)[:2]
         limit = self.max_target_len(int((src != self.pad_id).sum(1).max()))
         ys = torch.full((src.size(0), 1), self.bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        state, all_logits = self.start_state(memory, src_mask), []
+        state, all_logits = self.start_state(memory, src_mask, head_mask), []
         for _ in range(limit):
             logits = self.next_logits(ys, state, use_cache)
             nxt = logits.argmax(-1).masked_fill(done, self.pad_id)
@@ -177,17 +197,17 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         return ys[:, 1:], torch.stack(all_logits, dim=1)
 
     @torch.inference_mode()
-    def beam_search(self, src, beam_size=5, length_penalty=0.6, use_cache=True):
+    def beam_search(self, src, beam_size=5, length_penalty=0.6, use_cache=True, head_mask=None):
         """Batched beam search with the key/value cache.
 
         Hypotheses are ranked by log-probability / length**length_penalty. Each sentence stops
         once it has `beam_size` finished hypotheses, or at max_target_len(its source length). Returns a list of id lists (no <s>, no </s>).
         """
         b, k = src.size(0), beam_size
-        memory, src_mask = self.encode(src)[:2]
+        memory, src_mask = self.encode(src, head_mask=head_mask)[:2]
         src_lens = (src != self.pad_id).sum(1).tolist()
         limits = [self.max_target_len(n) for n in src_lens]
-        state = self.start_state(memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0))
+        state = self.start_state(memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0), head_mask)
         ys = torch.full((b * k, 1), self.bos_id, dtype=torch.long, device=src.device)
         scores = torch.zeros(b, k, device=src.device)
         scores[:, 1:] = -math.inf  # all beams start identical: expand only the first
@@ -286,7 +306,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
             out.append("▁" + s[1:] if s.startswith(" ") else s)
         return out
 
-    def translate(self, texts, beam_size=5, length_penalty=0.6, batch_size=64):
+    def translate(self, texts, beam_size=5, length_penalty=0.6, batch_size=64, head_mask=None):
         """English sentences -> German sentences (detokenized text)."""
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of sentences; wrap a single one in a list")
@@ -295,27 +315,28 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         out = [None] * len(texts)
         for start in range(0, len(order), batch_size):
             chunk = order[start: start + batch_size]
-            hyps = self.beam_search(self.batch_source([texts[i] for i in chunk]), beam_size, length_penalty)
+            hyps = self.beam_search(self.batch_source([texts[i] for i in chunk]), beam_size, length_penalty,
+                                    head_mask=head_mask)
             for i, h in zip(chunk, hyps):
                 out[i] = self.decode_ids(h)
         return out
 
     @torch.inference_mode()
-    def teacher_force(self, src_ids, out_ids):
+    def teacher_force(self, src_ids, out_ids, head_mask=None):
         """One pass with the output fed back in: per-step distributions and every attention map.
 
         src_ids and out_ids are id lists, out_ids ending with </s>. Row t of the decoder maps is
         the step that produced out_ids[t]."""
         src = torch.tensor([src_ids], device=self.embed.weight.device)
         tgt_in = torch.tensor([[self.bos_id] + out_ids[:-1]], device=src.device)
-        memory, src_mask, enc_maps = self.encode(src, return_attention=True)
-        logits, self_maps, cross_maps = self.decode(tgt_in, self.start_state(memory, src_mask),
+        memory, src_mask, enc_maps = self.encode(src, return_attention=True, head_mask=head_mask)
+        logits, self_maps, cross_maps = self.decode(tgt_in, self.start_state(memory, src_mask, head_mask),
                                                     return_attention=True)
         stack = lambda maps: torch.stack([m[0] for m in maps]).float().numpy()  # noqa: E731
         probs = logits[0].float().softmax(-1)  # (T_tgt, V)
         return probs, stack(enc_maps), stack(self_maps), stack(cross_maps)
 
-    def explain(self, text, beam_size=5, length_penalty=0.6, top_k=5):
+    def explain(self, text, beam_size=5, length_penalty=0.6, top_k=5, head_mask=None):
         """Translate one sentence and return everything needed to show how.
 
         Keys: source_tokens, target_tokens (the output, ending with </s>), translation,
@@ -325,9 +346,9 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         token's probability.
         """
         src_ids = self.encode_text(text) + [self.eos_id]
-        hyp = self.beam_search(self.batch_source([text]), beam_size, length_penalty)[0]
+        hyp = self.beam_search(self.batch_source([text]), beam_size, length_penalty, head_mask=head_mask)[0]
         out_ids = hyp + [self.eos_id]
-        probs, enc, dec_self, cross = self.teacher_force(src_ids, out_ids)
+        probs, enc, dec_self, cross = self.teacher_force(src_ids, out_ids, head_mask)
         top_p, top_i = probs.topk(top_k, dim=-1)
         steps = []
         for t, tok in enumerate(out_ids):
@@ -344,7 +365,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
             "steps": steps,
         }
 
-    def force_decode(self, text, reference):
+    def force_decode(self, text, reference, head_mask=None):
         """Feed a given German `reference` by teacher forcing: how likely the model finds each of
         its tokens, and where it looks while reading it.
 
@@ -353,7 +374,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         """
         src_ids = self.encode_text(text) + [self.eos_id]
         out_ids = self.encode_text(reference, role="reference") + [self.eos_id]
-        probs, _, _, cross = self.teacher_force(src_ids, out_ids)
+        probs, _, _, cross = self.teacher_force(src_ids, out_ids, head_mask)
         token_probs = probs[torch.arange(len(out_ids)), torch.tensor(out_ids)].numpy()
         log_prob = float(np.log(np.maximum(token_probs, 1e-30)).sum())
         return {

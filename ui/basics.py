@@ -1,0 +1,439 @@
+"""Attention basics tab: the mechanism before the models, each panel computed live.
+
+Seven panels, each a plain callback (usable from tests and the API) and then `build(demo)`, which
+lays them out and wires them: the Q·K·V playground, why divide by sqrt(d_k), masks, positional
+encoding, the quadratic cost, our attention against PyTorch's, and parameter accounting. The
+defaults are the article's figures, so a reader can check them. The computations live in
+zoo/basics.py; this module only turns their results into tables, figures and sentences.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+import zoo
+from ui import plots
+from ui.common import model, user_errors
+from zoo import basics
+
+DEFAULT_VECTORS = "\n".join("[" + ", ".join(map(str, v)) + "]" for v in basics.ARTICLE_VECTORS)
+ARTICLE_WEIGHTS = "0.320/0.180/0.320/0.180, 0.180/0.320/0.320/0.180, 0.230/0.230/0.410/0.129, 0.209/0.209/0.209/0.373"
+PART_COLORS = {"embeddings": "#4c78a8", "attention": "#f58518", "feed-forward": "#54a24b", "norms": "#b279a2",
+               "head": "#e45756", "other": "#9d9d9d"}
+
+
+def blank(text):
+    return text is None or (isinstance(text, str) and not text.strip())
+
+
+def fmt_sci(x):
+    return f"{x:.1e}"
+
+
+# ----- 1. Q·K·V playground ----------------------------------------------------------------------
+
+@user_errors
+def qkv(q_text, k_text="", v_text=""):
+    """/basics_qkv: vectors typed one per line -> weight heatmap, weights with row sums, output.
+
+    K and V left blank mean "same as Q" (and V blank with K given means "same as K")."""
+    q = basics.parse_vectors(q_text, "Q")
+    k = None if blank(k_text) else basics.parse_vectors(k_text, "K")
+    v = None if blank(v_text) else basics.parse_vectors(v_text, "V")
+    res = basics.qkv_attention(q, k, v)
+    w = res["weights"].numpy()
+    q_tok = [f"t{i}" for i in range(w.shape[0])]
+    k_tok = [f"t{j}" for j in range(w.shape[1])]
+    fig = plots.attention_heatmap(w, q_tok, k_tok, f"softmax(Q·Kᵀ / √{q.size(1)})")
+    table = pd.DataFrame(w.round(3), columns=[f"→ {t}" for t in k_tok])
+    table.insert(0, "query", q_tok)
+    table["row sum"] = res["row_sums"].numpy().round(3)
+    out = res["output"].numpy()
+    outputs = pd.DataFrame(out.round(3), columns=[f"dim {i}" for i in range(out.shape[1])])
+    outputs.insert(0, "output of", q_tok)
+    return fig, table, outputs
+
+
+# ----- 2. Why divide by sqrt(d_k) ---------------------------------------------------------------
+
+def scaling_figures(d_k, curves, point):
+    """Two curves over d_k: the scores' spread (log-log) and how peaked the softmax is."""
+    dims = [s.d_k for s in curves]
+    std = plots.line_chart(dims, {"q·k": [s.std_raw for s in curves],
+                                  "q·k / √d_k": [s.std_scaled for s in curves],
+                                  "√d_k (theory)": np.sqrt(dims)},
+                           "Standard deviation of the scores", "d_k", "std", log_x=True, log_y=True,
+                           dash={"√d_k (theory)"})
+    peak = plots.line_chart(dims, {"q·k": [s.max_raw for s in curves],
+                                   "q·k / √d_k": [s.max_scaled for s in curves],
+                                   f"uniform (1/{point.n_keys})": [1 / point.n_keys] * len(dims)},
+                            f"Mean largest softmax weight over {point.n_keys} keys", "d_k", "weight",
+                            log_x=True, dash={f"uniform (1/{point.n_keys})"})
+    for fig, ys in ((std, (point.std_raw, point.std_scaled)), (peak, (point.max_raw, point.max_scaled))):
+        fig.add_trace(go.Scatter(x=[d_k, d_k], y=list(ys), mode="markers", name=f"d_k = {d_k}",
+                                 marker=dict(size=12, symbol="diamond", color="black")))
+    return std, peak
+
+
+@user_errors
+def scaling(d_k=64):
+    """/basics_scaling: measured spread and peakedness at d_k, theory, the article, and the curves."""
+    s = basics.scaling_stats(d_k)
+
+    def article(key, spec):
+        return f"{basics.ARTICLE_SCALING[key]:{spec}}" if s.d_k == 64 else "— (printed for d_k = 64 only)"
+
+    measured = f"measured ({s.n_queries:,} queries × {s.n_keys} keys, seed 0)"
+    table = pd.DataFrame([
+        ["std of q·k (unscaled)", f"{s.std_raw:.2f}", f"{np.sqrt(s.d_k):.2f} (√d_k)", article("std_raw", ".2f")],
+        ["std of q·k / √d_k", f"{s.std_scaled:.2f}", "1.00", article("std_scaled", ".2f")],
+        ["mean largest weight (unscaled)", f"{s.max_raw:.3f}", "—", article("max_raw", ".3f")],
+        ["mean largest weight (scaled)", f"{s.max_scaled:.3f}", "—", article("max_scaled", ".3f")],
+    ], columns=["quantity", measured, "theory", "article (sampling not stated)"])
+    std, peak = scaling_figures(s.d_k, basics.scaling_curves(), s)
+    summary = (f"At d_k = {s.d_k} the raw dot products spread with std {s.std_raw:.2f}; a softmax over "
+               f"{s.n_keys} such scores gives its largest weight {s.max_raw:.3f} on average, close to one-hot "
+               f"(and one-hot softmaxes pass almost no gradient). Dividing by √d_k brings the spread back to "
+               f"{s.std_scaled:.2f} and the largest weight to {s.max_scaled:.3f} (uniform would be "
+               f"{1 / s.n_keys:.3f}), whatever d_k is.")
+    return table, std, peak, summary
+
+
+# ----- 3. Masks ---------------------------------------------------------------------------------
+
+@user_errors
+def masks(n_tokens=6, n_pad=2, wrong_axis=False):
+    """/basics_masks: the causal and padding masks and the weights they produce, right or wrong axis."""
+    res = basics.mask_demo(n_tokens, n_pad, bool(wrong_axis))
+    valid = res["valid"].tolist()
+    tokens = [f"t{i}" if ok else "<pad>" for i, ok in enumerate(valid)]
+    mask_map = lambda m, title: plots.grid_heatmap(  # noqa: E731
+        m.float().numpy(), tokens, tokens, title, "key", "query", zmin=0, zmax=1, fmt=".0f",
+        colorbar_title="may attend")
+    where = "query axis (wrong)" if wrong_axis else "key axis (right)"
+    figs = (mask_map(res["causal"], "Causal mask: query i sees keys 0..i"),
+            mask_map(res["padding"], f"Padding mask on the {where}"),
+            plots.attention_heatmap(res["weights"].numpy(), tokens, tokens, "Weights with the padding mask"),
+            plots.attention_heatmap(res["causal_weights"].numpy(), tokens, tokens,
+                                    "Weights with causal + padding masks"))
+    pad_rows = ", ".join(f"{x:.0f}" for x in res["pad_row_sums"].tolist()) or "none"
+    if all(valid):
+        verdict = "There is no padding, so the two axes give the same result. Add some padding tokens."
+    elif wrong_axis:
+        verdict = (f"**What goes wrong:** the real tokens still attend to the padding — on average "
+                   f"**{res['pad_mass']:.3f}** of each real token's weight lands on `<pad>` keys — and changing "
+                   f"what the padding contains changes the real tokens' outputs by up to **{res['leak']:.3f}**. "
+                   f"Meanwhile the padding's own rows are fully masked (row sums: {pad_rows}): our attention "
+                   "returns all-zero rows there, a naive −∞ mask would return NaN. In the causal map the bug "
+                   "hides: with padding at the end, a real token never reaches a pad anyway, which is why it "
+                   "tends to surface in encoders first.")
+    else:
+        verdict = (f"**Right axis:** the real tokens put {res['pad_mass']:.3f} of their weight on `<pad>` keys, "
+                   f"and changing the padding's contents changes their outputs by {res['leak']:.3f}: the padding "
+                   f"is invisible. The padding queries still get a row each (row sums: {pad_rows}); it is "
+                   "meaningless and the loss ignores it.")
+    return (*figs, verdict)
+
+
+# ----- 4. Positional encoding -------------------------------------------------------------------
+
+def positions_figure(pe):
+    """(positions, dims) sinusoidal table as a diverging heatmap: values are signed, -1..1."""
+    n, d = pe.shape
+    fig = go.Figure(go.Heatmap(
+        z=np.round(pe, 4), x=list(range(d)), y=list(range(n)), zmin=-1, zmax=1, zmid=0,
+        colorscale=plots.DIVERGING, reversescale=True, colorbar=dict(title="value", thickness=12),
+        hovertemplate="position %{y}, dimension %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title="position")
+    fig.update_xaxes(title="dimension (even: sin, odd: cos; frequency falls to the right)")
+    fig.update_layout(title=dict(text=f"Sinusoidal positional encoding, {n} positions × d_model = {d}", x=0.5),
+                      font=plots.FONT, height=min(640, max(320, 6 * n + 160)), margin=dict(l=70, r=20, t=60, b=60))
+    return fig
+
+
+@user_errors
+def positions(n_positions=64, d_model=32, position=1):
+    """/basics_positions: the sinusoidal table as a heatmap, and one position's first dimensions."""
+    pe = basics.positional_table(n_positions, d_model).numpy()
+    row = basics.whole_number(position, "The position to read", 0, pe.shape[0] - 1)
+    dims = range(min(8, pe.shape[1]))
+    probe = pd.DataFrame([[f"{pe[row, i]:.3f}" for i in dims]],
+                         columns=[f"dim {i} ({'sin' if i % 2 == 0 else 'cos'})" for i in dims])
+    probe.insert(0, "position", row)
+    return positions_figure(pe), probe
+
+
+@user_errors
+def permutation(d_model=32, seed=0):
+    """/basics_permutation: permute, attend, un-permute, with and without positional encoding."""
+    res = basics.permutation_check(d_model, seed=seed)
+    table = pd.DataFrame([["without positional encoding", fmt_sci(res["without_pe"]),
+                           "identical (float rounding)" if res["without_pe"] < 1e-5 else "different"],
+                          ["with positional encoding", fmt_sci(res["with_pe"]),
+                           "different" if res["with_pe"] > 1e-3 else "identical"]],
+                         columns=["input", "max |difference| after un-permuting", "verdict"])
+    summary = (f"Shuffled 8 random tokens with the permutation {res['perm']}, ran one attention head "
+               f"(d_model = {int(d_model)}, seed {int(seed)}) and put the outputs back in the original order. Without "
+               "positions, attention cannot tell the orders apart: every token gets the same output wherever it "
+               "sits. Adding the sinusoids makes each output depend on the slot as well.")
+    return table, summary
+
+
+# ----- 5. The quadratic cost --------------------------------------------------------------------
+
+@user_errors
+def cost():
+    """/basics_cost: time and score-matrix memory of one attention layer for T = 256 ... 4096."""
+    res = basics.attention_cost()
+    rows = res["rows"]
+    ts = [r["T"] for r in rows]
+    ours = [1e3 * r["ours_s"] for r in rows]
+    fused = [1e3 * r["torch_s"] for r in rows]
+    mem = [r["score_mb"] for r in rows]
+    # The reference goes through the largest T, the least noisy timing: 4x per doubling of T.
+    quad = lambda y: [y[-1] * (t / ts[-1]) ** 2 for t in ts]  # noqa: E731
+    time_fig = plots.line_chart(ts, {"ours (materialises T×T)": ours, "F.scaled_dot_product_attention": fused,
+                                     "4× per doubling": quad(ours)},
+                                "Time of one attention layer (4 heads, d = 64)", "sequence length T", "ms",
+                                log_x=True, log_y=True, dash={"4× per doubling"})
+    mem_fig = plots.line_chart(ts, {"score matrix (ours)": mem, "4× per doubling": quad(mem)},
+                               "Score-matrix memory, B·H·T·T·4 bytes", "sequence length T", "MB",
+                               log_x=True, log_y=True, dash={"4× per doubling"})
+    table = pd.DataFrame([[t, f"{a:.2f}", f"{b:.2f}", "" if i == 0 else f"{a / ours[i - 1]:.1f}×", f"{m:.1f}"]
+                          for i, (t, a, b, m) in enumerate(zip(ts, ours, fused, mem))],
+                         columns=["T", "ours (ms)", "F.sdpa (ms)", "ours vs previous T", "score matrix (MB)"])
+    skipped = "; ".join(f"T = {t} skipped: {why}" for t, why in res["skipped"])
+    summary = ("Median of 3 runs per length, batch 1, 4 heads × 16 dims, on this machine's CPU. Ours builds the "
+               "whole T×T score matrix (and a softmax of the same size), so time and memory grow about 4× each "
+               "time T doubles. `F.scaled_dot_product_attention` runs a fused flash / memory-efficient kernel "
+               "that works through the keys block by block and never materialises the matrix: the arithmetic is "
+               "still quadratic, the memory is not." + (f"\n\n{skipped}." if skipped else ""))
+    return time_fig, mem_fig, table, summary
+
+
+# ----- 6. Verification --------------------------------------------------------------------------
+
+@user_errors
+def verify(seed=0, masking="none"):
+    """/basics_verify: ours vs nn.MultiheadAttention vs F.scaled_dot_product_attention, same weights."""
+    diffs = basics.verify_against_torch(seed, masking)
+    table = pd.DataFrame([[what, fmt_sci(d), "match" if d < 1e-5 else "MISMATCH"] for what, d in diffs],
+                         columns=["comparison", "max |difference|", "verdict"])
+    return table
+
+
+# ----- 7. Parameter accounting ------------------------------------------------------------------
+
+def phobert_counts():
+    """PhoBERT's {part: count} and a note, or (None, why it is not listed).
+
+    Only when zoo.phobert is already imported and its process-wide explorer already holds a loaded
+    model: this tab never imports transformers or loads PhoBERT itself (that may download 500 MB).
+    zoo.phobert.parameter_breakdown reports per-block figures; here they become the tab's parts."""
+    phobert = sys.modules.get("zoo.phobert")
+    not_loaded = ("PhoBERT is not loaded in this process yet, so it is not listed; it appears here once the "
+                  "PhoBERT tab has loaded it.")
+    if phobert is None:
+        return None, not_loaded
+    try:
+        net = phobert.explorer().model
+        if net is None:
+            return None, not_loaded
+        b = phobert.parameter_breakdown(net)
+        n = b["n_blocks"]
+        counts = {"embeddings": b["embeddings"], "attention": n * b["per_block_attention"],
+                  "feed-forward": n * b["per_block_feed_forward"], "norms": n * b["per_block_layer_norm"],
+                  "head": b["total"] - b["embeddings"] - b["blocks"]}
+        if sum(counts.values()) != b["total"]:
+            raise ValueError("the per-block figures do not add up to the total")
+    except Exception as e:  # noqa: BLE001 - an optional extra must never break this panel
+        return None, f"PhoBERT could not be listed ({type(e).__name__}: {e})."
+    return counts, ("**PhoBERT**: its embeddings include their LayerNorm, and its head is the pooler "
+                    "(the encoder is loaded without a language-model head).")
+
+
+def shares_figure(breakdowns):
+    """Horizontal stacked bars: each model's parameters split into parts, as shares of its total."""
+    fig = go.Figure()
+    parts = [p for p in PART_COLORS if any(b.get(p) for b in breakdowns.values())]
+    names = [plots.label(n) for n in breakdowns]
+    for part in parts:
+        counts = [b.get(part, 0) for b in breakdowns.values()]
+        shares = [100 * c / sum(b.values()) for c, b in zip(counts, breakdowns.values())]
+        fig.add_trace(go.Bar(y=names, x=shares, name=part, orientation="h", marker_color=PART_COLORS[part],
+                             customdata=counts, hovertemplate=part + ": %{customdata:,} (%{x:.1f}%)<extra></extra>"))
+    fig.update_layout(barmode="stack", title=dict(text="Where the parameters are", x=0.5), font=plots.FONT,
+                      xaxis=dict(title="share of parameters (%)", range=[0, 100]), plot_bgcolor="white",
+                      height=160 + 50 * len(names), legend=dict(orientation="h", y=-0.3),
+                      margin=dict(l=120, r=20, t=60, b=80))
+    return fig
+
+
+@user_errors
+def parameters():
+    """/basics_params: every zoo model's parameters by part (embeddings ... head), with shares."""
+    breakdowns, notes = {}, []
+    for name in zoo.available():
+        try:
+            net = model(name)
+        except (FileNotFoundError, ValueError) as e:  # a broken checkpoint: say so, list the others
+            notes.append(f"**{name}** could not be loaded ({e}), so it is not listed.")
+            continue
+        counts = basics.parameter_breakdown(net)
+        if sum(counts.values()) != net.num_parameters():
+            raise RuntimeError(f"{name}: parts add up to {sum(counts.values()):,}, not {net.num_parameters():,}")
+        breakdowns[name] = counts
+        if counts["head"] == 0:
+            notes.append(f"**{name}**: no separate head; the output projection is tied to the embedding matrix "
+                         "(one table for input and output), so its parameters are counted once, under embeddings.")
+    pho, note = phobert_counts()
+    if pho:
+        breakdowns["PhoBERT"] = pho
+    notes.append(note)
+    missing = sorted(set(zoo.MODELS) - set(zoo.available()))
+    if missing:
+        notes.append(f"Not trained yet, so not listed: {', '.join(missing)}.")
+    parts = list(basics.PARTS) + sorted({p for b in breakdowns.values() for p in b} - set(basics.PARTS))
+    rows = []
+    for name, counts in breakdowns.items():
+        total = sum(counts.values())
+        rows.append([name] + [f"{counts.get(p, 0):,} ({100 * counts.get(p, 0) / total:.1f}%)" for p in parts]
+                    + [f"{total:,}"])
+    table = pd.DataFrame(rows, columns=["model"] + parts + ["total"])
+    return table, shares_figure(breakdowns), "\n\n".join(notes)
+
+
+# ----- layout -----------------------------------------------------------------------------------
+
+def build(demo):
+    """The "Attention basics" tab; every panel is filled on page load with the article's defaults."""
+
+    def on_load(fn, inputs, outputs, name):
+        demo.load(fn, inputs, outputs, api_name=f"basics_{name}_load", api_visibility="private")
+
+    with gr.Tab("Attention basics", id="basics"):
+        gr.Markdown("How attention works, one step at a time, computed live from your settings. The defaults "
+                    "are the article's figures, so you can check them.")
+
+        gr.Markdown("### 1. Q · K · V playground\nEach query is compared with every key (dot product, divided by "
+                    "√d_k), a softmax turns each row of scores into weights that sum to 1, and the output is "
+                    "the weighted average of the values. The defaults are the article's four tokens used as Q, "
+                    f"K and V; their weights should read {ARTICLE_WEIGHTS}.")
+        with gr.Row():
+            with gr.Column(scale=1):
+                q_box = gr.Textbox(DEFAULT_VECTORS, lines=5, label="Q: one vector per line",
+                                   info=f"Numbers separated by commas or spaces; up to {basics.MAX_VECTORS} vectors "
+                                        f"of up to {basics.MAX_DIM} numbers.", elem_id="basics-qkv-q")
+                k_box = gr.Textbox("", lines=2, label="K (blank = same as Q)", elem_id="basics-qkv-k")
+                v_box = gr.Textbox("", lines=2, label="V (blank = same as K)", elem_id="basics-qkv-v")
+                qkv_btn = gr.Button("Compute", variant="primary", elem_id="basics-qkv-run")
+            with gr.Column(scale=2):
+                qkv_heat = gr.Plot(label="Attention weights", elem_id="basics-qkv-weights")
+        with gr.Row():
+            qkv_table = gr.Dataframe(label="Weights and row sums", interactive=False, elem_id="basics-qkv-table")
+            qkv_out = gr.Dataframe(label="Output = weights · V", interactive=False, elem_id="basics-qkv-output")
+        qkv_in, qkv_outs = [q_box, k_box, v_box], [qkv_heat, qkv_table, qkv_out]
+        qkv_btn.click(qkv, qkv_in, qkv_outs, api_name="basics_qkv")
+        on_load(qkv, qkv_in, qkv_outs, "qkv")
+
+        gr.Markdown("### 2. Why divide by √d_k\nWith q and k of unit-variance random entries, q·k is a sum of "
+                    "d_k products, so its spread grows like √d_k and the softmax saturates towards one-hot. "
+                    "Dividing by √d_k keeps the spread at 1 for every d_k. The article printed 8.00 vs 1.00 and "
+                    "0.687 vs 0.096 at d_k = 64 from an unstated sampling set-up; ours are measured live with "
+                    "2,000 queries, each against 64 fresh keys.")
+        with gr.Row():
+            dk = gr.Slider(1, basics.MAX_D_K, value=64, step=1, label="d_k", elem_id="basics-scale-dk")
+        scale_table = gr.Dataframe(label="At the chosen d_k", interactive=False, elem_id="basics-scale-table")
+        scale_text = gr.Markdown(elem_id="basics-scale-summary")
+        with gr.Row():
+            scale_std = gr.Plot(label="Spread", elem_id="basics-scale-std")
+            scale_peak = gr.Plot(label="Peakedness", elem_id="basics-scale-peak")
+        scale_outs = [scale_table, scale_std, scale_peak, scale_text]
+        dk.release(scaling, [dk], scale_outs, api_name="basics_scaling")
+        on_load(scaling, [dk], scale_outs, "scaling")
+
+        gr.Markdown("### 3. Masks\nA mask says which keys each query may look at. The causal mask hides the "
+                    "future; the padding mask hides `<pad>` tokens and belongs on the **key** axis (columns). "
+                    "Tick the box to put it on the query axis (rows) instead and see what goes wrong.")
+        with gr.Row():
+            n_tok = gr.Slider(2, basics.MAX_MASK_TOKENS, value=6, step=1, label="tokens", elem_id="basics-mask-tokens")
+            n_pad = gr.Slider(0, basics.MAX_MASK_TOKENS - 1, value=2, step=1, label="of which padding (at the end)",
+                              elem_id="basics-mask-pad")
+            wrong = gr.Checkbox(False, label="Apply the padding mask on the wrong (query) axis",
+                                elem_id="basics-mask-wrong")
+        with gr.Row():
+            causal_fig = gr.Plot(label="Causal mask", elem_id="basics-mask-causal")
+            padding_fig = gr.Plot(label="Padding mask", elem_id="basics-mask-padding")
+        with gr.Row():
+            enc_fig = gr.Plot(label="Weights, padding mask", elem_id="basics-mask-weights")
+            dec_fig = gr.Plot(label="Weights, causal + padding", elem_id="basics-mask-causal-weights")
+        mask_text = gr.Markdown(elem_id="basics-mask-summary")
+        mask_in, mask_outs = [n_tok, n_pad, wrong], [causal_fig, padding_fig, enc_fig, dec_fig, mask_text]
+        gr.on([n_tok.release, n_pad.release, wrong.change], masks, mask_in, mask_outs, api_name="basics_masks")
+        on_load(masks, mask_in, mask_outs, "masks")
+
+        gr.Markdown("### 4. Positional encoding\nAttention itself ignores order, so each position adds a "
+                    "fixed pattern of sines and cosines at geometrically spaced frequencies. Hover for values; "
+                    "at d_model = 32, position 1 starts 0.841, 0.540, 0.533, 0.846, 0.311, 0.950.")
+        with gr.Row():
+            n_pos = gr.Slider(1, basics.MAX_POSITIONS, value=64, step=1, label="positions",
+                              elem_id="basics-pe-positions")
+            d_model = gr.Slider(2, basics.MAX_D_MODEL, value=32, step=2, label="d_model (even)",
+                                elem_id="basics-pe-dmodel")
+            probe = gr.Number(1, precision=0, label="read position", elem_id="basics-pe-probe")
+        pe_fig = gr.Plot(label="PE matrix", elem_id="basics-pe-heatmap")
+        pe_probe = gr.Dataframe(label="First dimensions of the read position", interactive=False,
+                                elem_id="basics-pe-probe-table")
+        pe_in, pe_outs = [n_pos, d_model, probe], [pe_fig, pe_probe]
+        gr.on([n_pos.release, d_model.release, probe.submit], positions, pe_in, pe_outs, api_name="basics_positions")
+        on_load(positions, pe_in, pe_outs, "positions")
+
+        gr.Markdown("**Permutation check**: shuffle the tokens, run attention, put the outputs back in order. "
+                    "Uses the d_model above.")
+        with gr.Row():
+            perm_seed = gr.Number(0, precision=0, label="seed", elem_id="basics-perm-seed")
+            perm_btn = gr.Button("Shuffle and compare", elem_id="basics-perm-run")
+        perm_table = gr.Dataframe(interactive=False, elem_id="basics-perm-table")
+        perm_text = gr.Markdown(elem_id="basics-perm-summary")
+        perm_in, perm_outs = [d_model, perm_seed], [perm_table, perm_text]
+        gr.on([perm_btn.click, d_model.release], permutation, perm_in, perm_outs, api_name="basics_permutation")
+        on_load(permutation, perm_in, perm_outs, "permutation")
+
+        gr.Markdown("### 5. The quadratic cost\nEvery query meets every key, so the score matrix has T² entries. "
+                    "Measure one attention layer (d = 64, 4 heads) for T = 256 … 4096 on this machine; the run "
+                    "is capped at about 4 seconds and 300 MB per score matrix, and says which lengths it skipped.")
+        cost_btn = gr.Button("Measure", elem_id="basics-cost-run")
+        with gr.Row():
+            cost_time = gr.Plot(label="Time", elem_id="basics-cost-time")
+            cost_mem = gr.Plot(label="Memory", elem_id="basics-cost-memory")
+        cost_table = gr.Dataframe(interactive=False, elem_id="basics-cost-table")
+        cost_text = gr.Markdown("Press **Measure** to time it here.", elem_id="basics-cost-summary")
+        cost_btn.click(cost, None, [cost_time, cost_mem, cost_table, cost_text], api_name="basics_cost",
+                       concurrency_limit=1)
+
+        gr.Markdown("### 6. Verification\nOur multi-head attention against `nn.MultiheadAttention` and "
+                    "`F.scaled_dot_product_attention`, all with the same random weights (d_model = 32, 4 heads, "
+                    "2 sequences of 6 tokens). The article found differences around 1e-7: float32 rounding.")
+        with gr.Row():
+            ver_seed = gr.Number(0, precision=0, label="seed", elem_id="basics-verify-seed")
+            ver_mask = gr.Radio(list(basics.MASKINGS), value="none", label="mask", elem_id="basics-verify-mask")
+            ver_btn = gr.Button("Compare", elem_id="basics-verify-run")
+        ver_table = gr.Dataframe(interactive=False, elem_id="basics-verify-table")
+        gr.on([ver_btn.click, ver_mask.change], verify, [ver_seed, ver_mask], [ver_table], api_name="basics_verify")
+        on_load(verify, [ver_seed, ver_mask], [ver_table], "verify")
+
+        gr.Markdown("### 7. Parameter accounting\nWhere each zoo model's parameters live. The sorter's 101,258 "
+                    "split into embedding 640, attention 2 × 16,640, feed-forward 2 × 33,088, norms 2 × 256 and "
+                    "head 650.")
+        params_btn = gr.Button("Refresh", elem_id="basics-params-run")
+        params_table = gr.Dataframe(interactive=False, elem_id="basics-params-table")
+        params_fig = gr.Plot(label="Shares", elem_id="basics-params-shares")
+        params_text = gr.Markdown(elem_id="basics-params-notes")
+        params_outs = [params_table, params_fig, params_text]
+        params_btn.click(parameters, None, params_outs, api_name="basics_params")
+        on_load(parameters, None, params_outs, "params")

@@ -1,0 +1,204 @@
+"""PhoBERT heads tab: Vietnamese text through vinai/phobert-base, every layer and head inspectable."""
+
+from __future__ import annotations
+
+import html
+import threading
+
+import gradio as gr
+import numpy as np
+
+from ui import links, plots
+from ui.common import check_text, log, user_errors
+from ui.export import export_files
+from zoo import phobert
+from zoo.stats import head_table
+
+DEFAULT = "Giảng viên giải thích rất dễ hiểu nhưng phòng học quá nóng"  # the article's sentence
+EXAMPLES = [[DEFAULT, True], ["Hà Nội là thủ đô của Việt Nam .", True],
+            ["Tôi là sinh_viên trường đại_học Công_nghệ .", False]]
+MAX_CHARS = 2000
+VIEWS = ["subword tokens", "words"]
+STATS_HEADERS = ["layer", "head", "entropy (nats)", "self", "previous", "next", "<s>"]
+UNAVAILABLE = ("### PhoBERT is not available here\n{reason}\n\nThe other tabs work without it. On a Hugging Face "
+               "Space (or any machine online) the weights (~540 MB) download on first use.")
+
+
+def whole(value, what, low, high):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or not low <= value <= high:
+        raise ValueError(f"{what} must be a whole number from {low} to {high}.")
+    return int(value)
+
+
+def run(text, segment):
+    text = check_text(text, "Vietnamese text", MAX_CHARS)
+    try:
+        return phobert.explorer().analyze(text, segment=bool(segment))
+    except phobert.PhobertUnavailable as e:
+        raise gr.Error(html.escape(str(e), quote=False), print_exception=False) from None
+
+
+def head_view(result, layer, head, view):
+    """The selected head's matrix over subword tokens or over words."""
+    n_layer, n_head = result.attentions.shape[:2]
+    layer_i, head_i = whole(layer, "Layer", 1, n_layer) - 1, whole(head, "Head", 1, n_head) - 1
+    if view == "words":
+        return result.word_attentions[layer_i, head_i], result.words, result.words
+    if view != "subword tokens":
+        raise ValueError(f"View must be one of: {', '.join(VIEWS)}.")
+    return result.attentions[layer_i, head_i], result.tokens, result.tokens
+
+
+def token_index(result, token):
+    """The query token for the top-3 table: an index into the tokens; None = the last real token."""
+    if token is None or token == "":
+        return len(result.tokens) - 2
+    return whole(token, "Token", 0, len(result.tokens) - 1)
+
+
+def detail(result, layer, head, token, view):
+    """Selected head's heatmap + where the chosen token attends in every head of that layer."""
+    w, q, k = head_view(result, layer, head, view)
+    fig = plots.attention_heatmap(w, q, k, f"PhoBERT layer {int(layer)}, head {int(head)} ({view})")
+    t = token_index(result, token)
+    top = [[f"H{h + 1}"] + [f"{tok} ({wt:.3f})" for tok, wt in phobert.top_attended(result, t, int(layer) - 1, h)]
+           for h in range(result.attentions.shape[1])]
+    return fig, top
+
+
+def summary_text(result):
+    return (f"Segmented: {result.segmented}\nTokens ({len(result.tokens)}): {' | '.join(result.tokens)}\n"
+            f"Words ({len(result.words)}): {' | '.join(result.words)}")
+
+
+def breakdown_rows():
+    b = phobert.parameter_breakdown(phobert.explorer().model)
+    total = b["total"]
+    rows = [["total", total, 1.0], ["embeddings", b["embeddings"], b["embeddings_share"]],
+            [f"encoder blocks ({b['n_blocks']})", b["blocks"], b["blocks"] / total],
+            ["per block: attention", b["per_block_attention"], b["per_block_attention"] / total],
+            ["per block: feed-forward", b["per_block_feed_forward"], b["per_block_feed_forward"] / total],
+            ["per block: layer norms", b["per_block_layer_norm"], b["per_block_layer_norm"] / total],
+            ["other (pooler)", total - b["embeddings"] - b["blocks"], (total - b["embeddings"] - b["blocks"]) / total]]
+    return [[name, f"{n:,}", f"{share:.1%}"] for name, n, share in rows]
+
+
+@user_errors
+def analyze(text, segment=True, layer=1, head=1, token=None, view="subword tokens"):
+    """/phobert: segmentation and tokens (plain text) first; then the status line, the layer x head
+    entropy map, the selected head, the top-3 table, entropy and <s> share by layer, per-head
+    statistics, the parameter breakdown, the token choices and the state."""
+    result = run(text, segment)
+    n_layer, n_head = result.attentions.shape[:2]
+    fig, top = detail(result, layer, head, token, view)
+    layers = list(range(1, n_layer + 1))
+    entropy_map = plots.grid_heatmap(result.head_entropy, [f"layer {i}" for i in layers],
+                                     [f"head {h + 1}" for h in range(n_head)],
+                                     f"Mean attention entropy per head (nats; uniform = ln {len(result.tokens)} "
+                                     f"= {result.max_entropy:.2f})", "head", "layer", zmin=0,
+                                     zmax=result.max_entropy, colorbar_title="nats")
+    entropy_fig = plots.line_chart(layers, {"mean entropy": result.layer_entropy,
+                                            "maximum (uniform), ln T": [result.max_entropy] * n_layer},
+                                   "Attention entropy by layer", "layer", "nats", dash={"maximum (uniform), ln T"})
+    bos_fig = plots.bar_chart([str(i) for i in layers], result.bos_share, "Share of attention going to <s>",
+                              "layer", "share")
+    stats = head_table(result.attentions)
+    status = (f"PhoBERT ({phobert.explorer().source}): {n_layer} layers × {n_head} heads, "
+              f"{len(result.tokens)} tokens, {len(result.words)} words.")
+    choices = [(f"{i}: {t}", i) for i, t in enumerate(result.tokens)]
+    return (summary_text(result), status, entropy_map, fig, top, entropy_fig, bos_fig,
+            [list(r.values()) for r in stats], breakdown_rows(),
+            gr.Dropdown(choices=choices, value=token_index(result, token)), result)
+
+
+@user_errors
+def reselect(result, layer, head, token, view):
+    if result is None:
+        raise ValueError("Analyse a sentence first.")
+    return detail(result, layer, head, token, view)
+
+
+@user_errors
+def export_view(result, layer, head, view):
+    if result is None:
+        raise ValueError("Analyse a sentence first.")
+    w, q, k = head_view(result, layer, head, view)
+    what = f"layer {int(layer)}, head {int(head)} ({view})"
+    return export_files(w, q, k, f"phobert-{what}", model=phobert.explorer().source, view=what,
+                        input=result.segmented, title=f"PhoBERT {what}")
+
+
+def on_load(*args):
+    """Page load: like /phobert, but when PhoBERT can't be had the tab explains itself in place
+    (no error pop-up on every page view)."""
+    try:
+        return analyze(*args)
+    except gr.Error as e:
+        return ("", UNAVAILABLE.format(reason=e.message), *[gr.skip()] * 9)
+
+
+def select_row(evt: gr.SelectData):
+    return evt.row_value[0], evt.row_value[1]
+
+
+def preload_in_background():
+    """Start loading PhoBERT (a ~540 MB download on first start) without delaying the app's start."""
+    def load():
+        try:
+            phobert.explorer().load()
+        except (phobert.PhobertUnavailable, ValueError) as e:
+            log.warning("PhoBERT not available: %s", e)
+
+    threading.Thread(target=load, name="phobert-preload", daemon=True).start()
+
+
+def build(demo):
+    with gr.Tab("PhoBERT heads", id="phobert"):
+        gr.Markdown(
+            "[PhoBERT](https://huggingface.co/vinai/phobert-base) is a RoBERTa for Vietnamese: 12 layers × 12 heads. "
+            "Vietnamese writes a space between syllables, so the text is first **word-segmented** with pyvi "
+            "(syllables of a word joined by `_`), then split into subword pieces (`@@` marks a piece that continues).")
+        result = gr.State()
+        with gr.Row():
+            with gr.Column(scale=2):
+                text = gr.Textbox(DEFAULT, label="Vietnamese text", lines=2, max_length=MAX_CHARS,
+                                  elem_id="phobert-input")
+                segment = gr.Checkbox(True, label="Segment words with pyvi (untick if you joined syllables with _)")
+                btn = gr.Button("Analyse", variant="primary", elem_id="phobert-run")
+                gr.Examples(EXAMPLES, inputs=[text, segment])
+            with gr.Column(scale=3):
+                summary = gr.Textbox(label="Segmentation and tokens", lines=3, interactive=False,
+                                     elem_id="phobert-output")
+                status = gr.Markdown(elem_id="phobert-status")
+        overview = gr.Plot(label="Layer × head overview", elem_id="phobert-overview")
+        with gr.Row():
+            layer = gr.Slider(1, 12, value=1, step=1, label="Layer", elem_id="phobert-layer")
+            head = gr.Slider(1, 12, value=1, step=1, label="Head", elem_id="phobert-head")
+            view = gr.Radio(VIEWS, value="subword tokens", label="View", elem_id="phobert-view")
+        with gr.Row():
+            heat = gr.Plot(label="Selected head", elem_id="phobert-heatmap")
+            with gr.Column():
+                token = gr.Dropdown(label="Where does this token attend? (top 3 per head of the selected layer)",
+                                    choices=[], value=None, allow_custom_value=True, elem_id="phobert-token")
+                top = gr.Dataframe(headers=["head", "1st", "2nd", "3rd"], interactive=False, elem_id="phobert-top")
+        with gr.Row():
+            entropy_fig = gr.Plot(label="Entropy by layer", elem_id="phobert-entropy")
+            bos_fig = gr.Plot(label="<s> share by layer", elem_id="phobert-bos")
+        gr.Markdown("### Per-head statistics (click a row to show that head)")
+        stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="phobert-stats")
+        gr.Markdown("### Where the parameters are")
+        params = gr.Dataframe(headers=["part", "parameters", "share"], interactive=False, elem_id="phobert-params")
+        with gr.Row():
+            export_btn = gr.Button("Export the selected head (JSON, CSV, SVG, PNG)", elem_id="phobert-export")
+            files = gr.File(label="Downloads", file_count="multiple", elem_id="phobert-files")
+        inputs = [text, segment, layer, head, token, view]
+        outputs = [summary, status, overview, heat, top, entropy_fig, bos_fig, stats, params, token, result]
+        btn.click(analyze, inputs, outputs, api_name="phobert")
+        text.submit(analyze, inputs, outputs, api_visibility="private")
+        gr.on([layer.release, head.release, token.input, view.change], reselect,
+              [result, layer, head, token, view], [heat, top], api_visibility="private")
+        stats.select(select_row, None, [layer, head], api_visibility="private").then(
+            reselect, [result, layer, head, token, view], [heat, top], api_visibility="private")
+        export_btn.click(export_view, [result, layer, head, view], files, api_name="phobert_export")
+        links.add_link_button("phobert", inputs)
+    return {"inputs": inputs, "load": (on_load, inputs, outputs)}
