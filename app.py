@@ -50,10 +50,10 @@ with gr.Blocks(title="Attention Lab") as demo:
     def restore_link(request: gr.Request):
         return links.restore(registered, request)
 
-    event = demo.load(restore_link, None, [tabs] + [c for part in tab_parts.values() for c in part["inputs"]],
-                      api_visibility="private")
-    for part in tab_parts.values():
-        event = event.then(*part["load"], api_visibility="private")
+    restored = demo.load(restore_link, None, [tabs] + [c for part in tab_parts.values() for c in part["inputs"]],
+                         api_visibility="private")
+    for part in tab_parts.values():  # each tab renders on its own: one failing does not stop the others
+        restored.then(*part["load"], api_visibility="private")
 
 demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
 

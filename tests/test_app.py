@@ -1,6 +1,7 @@
 """The app through its API, as a gradio_client user sees it; and the tab callbacks called directly."""
 
 import gradio as gr
+import numpy as np
 import pytest
 from gradio_client.exceptions import AppError
 
@@ -30,17 +31,19 @@ def test_sort_rejects_bad_input_with_a_message(text, message):
 
 
 def test_sort_callback_values():
-    answer, marks, heat, overview = sorter.sort_digits("7 2 9 2 5 0 8 3", "sorter-pe", "2", "3")
+    answer, marks, heat, overview, note, stats = sorter.sort_digits("7 2 9 2 5 0 8 3", "sorter-pe", "2", "3")
     assert answer == "0 2 2 3 5 7 8 9"
     assert marks.count('class="digit ok"') == 8 and "8/8 positions right" in marks
     z = heat.data[0].z
     assert len(z) == 8 and all(abs(sum(row) - 1) < 1e-5 for row in z)
     assert list(heat.layout.yaxis.ticktext) == ["7", "2", "9", "2", "5", "0", "8", "3"]  # duplicates kept
     assert len(overview.data) == 2 * 5  # 2 layers x (4 heads + average)
+    assert "final model: training step 1500" in note and "No heads switched off" in note
+    assert len(stats) == 8
 
 
 def test_nope_sorter_marks_wrong_positions():
-    answer, marks, _, _ = sorter.sort_digits("7 2 9 2 5 0 8 3", "sorter-nope", "1", "average")
+    answer, marks, *_ = sorter.sort_digits("7 2 9 2 5 0 8 3", "sorter-nope", "1", "average")
     right = sum(a == b for a, b in zip(answer.split(), "0 2 2 3 5 7 8 9".split()))
     assert marks.count('class="digit ok"') == right < 8
     assert marks.count('class="digit bad"') == 8 - right
@@ -49,6 +52,7 @@ def test_nope_sorter_marks_wrong_positions():
 def test_compare_and_permutation_test():
     text, pe, nope, diff = compare.compare("7 2 9 2 5 0 8 3", "1", "1")
     assert text.splitlines()[1] == "sorter-pe: 0 2 2 3 5 7 8 9 (8/8 right)"
+    assert np.allclose(np.array(diff.data[0].z), np.array(pe.data[0].z) - np.array(nope.data[0].z))
     assert diff.data[0].zmin == -1 and diff.data[0].zmax == 1
     verdict, rows = compare.permutation_test("7 2 9 2 5 0 8 3", 4)
     pe_row, nope_row = rows

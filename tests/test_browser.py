@@ -104,3 +104,86 @@ def test_compare_tab(page):
         assert plot_rendered(page, elem) >= 1
     plot_rendered(page, "compare-loss")
     shot(page, "compare")
+
+
+def test_sorter_snapshot_ablation_and_download(page):
+    open_tab(page, "Sorter")
+    wait_value(page, "sorter-note", "v.includes('final model')")
+    slider = page.locator("#sorter-snapshot input[type=number]")
+    slider.fill("0")
+    slider.press("Enter")
+    page.locator("#sorter-snapshot input[type=range]").dispatch_event("pointerup")
+    wait_value(page, "sorter-note", "v.includes('training step 0 of 1500')")
+    slider.fill("6")
+    slider.press("Enter")
+    page.locator("#sorter-snapshot input[type=range]").dispatch_event("pointerup")
+    wait_value(page, "sorter-note", "v.includes('final model')")
+    page.locator("#sorter-ablate").get_by_label("L2H1").check()
+    note = wait_value(page, "sorter-note", "v.includes('Switched off L2H1')")
+    assert "1,000 fixed sequences" in note
+    page.locator("#sorter-export").click()
+    link = page.locator("#sorter-files a[download$='.json']").first
+    link.wait_for(timeout=30_000)
+    assert page.locator("#sorter-files a[download$='.png']").count() == 1
+    with page.expect_download() as download:
+        link.click()
+    data = open(download.value.path(), encoding="utf-8").read()
+    assert '"format": "attention-lab/attention-view@1"' in data and '"query_tokens"' in data
+    shot(page, "sorter-ablation")
+
+
+def test_shared_link_restores_tab_and_inputs(browser, app_url):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.goto(app_url + "?tab=compare&digits=4+4+1+9+1+4+0+9&layer=2&head=3", wait_until="domcontentloaded")
+    answer = wait_value(pg, "compare-answer", "v.includes('true sort: 0 1 1 4 4 4 9 9')")
+    assert "sorter-pe: 0 1 1 4 4 4 9 9" in answer
+    assert textbox(pg, "compare-input").input_value() == "4 4 1 9 1 4 0 9"
+    assert pg.locator("#compare-layer input[value='2']").is_checked()
+    assert pg.get_by_role("tab", name="PE vs no-PE").get_attribute("aria-selected") == "true"
+    pg.locator("#compare-link-button").click()
+    link = wait_value(pg, "compare-link", "v.startsWith('http')")
+    assert "tab=compare" in link and "digits=4+4+1+9+1+4+0+9" in link and "layer=2" in link
+    context.close()
+
+
+translator = pytest.mark.skipif("translator-en-de" not in __import__("zoo").available(),
+                                reason="translator not trained yet")
+
+
+@translator
+def test_translator_tab(page):
+    open_tab(page, "Translator")
+    wait_value(page, "translator-output", "v.length > 0")
+    box = textbox(page, "translator-input")
+    box.fill("A man is riding a bicycle.")
+    textbox(page, "translator-reference").fill("Ein Mann fährt Fahrrad.")
+    page.locator("#translator-run").click()
+    german = wait_value(page, "translator-output", "v.includes('Mann')")
+    assert "Mann" in german
+    assert plot_rendered(page, "translator-cross") >= 1
+    assert plot_rendered(page, "translator-step-plot") >= 1
+    wait_value(page, "translator-ref-summary", "v.includes('perplexity')")
+    step = page.locator("#translator-step input[type=number]")
+    step.fill("2")
+    step.press("Enter")
+    page.wait_for_function("() => document.querySelector('#translator-step-plot .gtitle')?.textContent"
+                           ".includes('Step 2/')", timeout=30_000)
+    shot(page, "translator")
+
+
+def test_phobert_tab(page):
+    open_tab(page, "PhoBERT heads")
+    tokens = wait_value(page, "phobert-output", "v.includes('Giảng_viên')")
+    assert "<s> | Giảng_viên | giải_thích" in tokens or "Giảng_viên" in tokens
+    assert plot_rendered(page, "phobert-overview") >= 1
+    assert plot_rendered(page, "phobert-heatmap") >= 1
+    shot(page, "phobert")
+
+
+def test_basics_tab(page):
+    open_tab(page, "Attention basics")
+    assert plot_rendered(page, "basics-qkv-weights") >= 1
+    page.locator("#basics-qkv-table").get_by_text("0.32").first.wait_for(timeout=30_000)
+    assert plot_rendered(page, "basics-pe-heatmap") >= 1
+    shot(page, "basics")

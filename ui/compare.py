@@ -136,7 +136,7 @@ def build(demo):
             diff_map = gr.Plot(label="Difference", elem_id="compare-diff")
         with gr.Row():
             export_btn = gr.Button("Export these views (JSON, CSV, SVG, PNG)", elem_id="compare-export")
-            files = gr.File(label="Downloads", file_count="multiple", elem_id="compare-files")
+            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="compare-files")
         inputs, outputs = [digits, layer, head, snapshot], [answer, pe_map, nope_map, diff_map]
         btn.click(compare, inputs, outputs, api_name="compare")
         digits.submit(compare, inputs, outputs, api_visibility="private")

@@ -190,7 +190,7 @@ def build(demo):
         params = gr.Dataframe(headers=["part", "parameters", "share"], interactive=False, elem_id="phobert-params")
         with gr.Row():
             export_btn = gr.Button("Export the selected head (JSON, CSV, SVG, PNG)", elem_id="phobert-export")
-            files = gr.File(label="Downloads", file_count="multiple", elem_id="phobert-files")
+            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="phobert-files")
         inputs = [text, segment, layer, head, token, view]
         outputs = [summary, status, overview, heat, top, entropy_fig, bos_fig, stats, params, token, result]
         btn.click(analyze, inputs, outputs, api_name="phobert")

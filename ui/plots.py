@@ -28,7 +28,7 @@ def label(token):
 
 def _layout(fig, title, x_title, y_title, n_rows, n_cols, height=None):
     side = max(300, min(620, 40 * max(n_rows, n_cols) + 160))
-    fig.update_layout(title=dict(text=title, x=0.5), font=FONT, margin=dict(l=70, r=20, t=60, b=70),
+    fig.update_layout(title=dict(text=label(title), x=0.5), font=FONT, margin=dict(l=70, r=20, t=60, b=70),
                       height=height or side, plot_bgcolor="white")
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
@@ -91,7 +91,7 @@ def line_chart(x, series, title, x_title, y_title, log_x=False, log_y=False, das
 
 def bar_chart(categories, values, title, x_title, y_title, reference=None, reference_name="", height=340):
     fig = go.Figure(go.Bar(x=[label(c) for c in categories], y=list(values), marker_color="#4c78a8",
-                           text=[f"{v:.3f}" for v in values], textposition="outside"))
+                           text=[f"{v:.3f}" for v in values], textposition="outside", cliponaxis=False))
     if reference is not None:
         fig.add_hline(y=reference, line_dash="dash", line_color="#e45756",
                       annotation_text=label(reference_name), annotation_position="top left")

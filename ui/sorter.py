@@ -214,7 +214,7 @@ def build(demo):
         stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="sorter-stats")
         with gr.Row():
             export_btn = gr.Button("Export this view (JSON, CSV, SVG, PNG)", elem_id="sorter-export")
-            files = gr.File(label="Downloads", file_count="multiple", elem_id="sorter-files")
+            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="sorter-files")
         inputs = [digits, choice, layer, head, snapshot, ablate]
         outputs = [answer, marks, heat, overview, note, stats]
         btn.click(sort_digits, inputs, outputs, api_name="sort")

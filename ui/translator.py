@@ -100,7 +100,7 @@ def step_view(info, step, layer, head):
     t = min(max(int(step), 1), n) - 1
     w, what = pick(info["cross_attention"], layer, head)
     s = info["steps"][t]
-    fig = plots.bar_chart(info["source_tokens"], w[t], f"Step {t + 1}/{n}: producing {plots.label(s['token'])} "
+    fig = plots.bar_chart(info["source_tokens"], w[t], f"Step {t + 1}/{n}: producing {s['token']} "
                           f"— cross-attention row ({what})", "source token", "weight")
     fig.update_yaxes(range=[0, 1.05])
     table = [[i + 1, tok, round(p, 4), "✓" if tok == s["token"] else ""] for i, (tok, p) in enumerate(s["candidates"])]
@@ -226,7 +226,7 @@ def build(demo):
         stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="translator-stats")
         with gr.Row():
             export_btn = gr.Button("Export the selected map (JSON, CSV, SVG, PNG)", elem_id="translator-export")
-            files = gr.File(label="Downloads", file_count="multiple", elem_id="translator-files")
+            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="translator-files")
         inputs = [text, beam, reference, component, layer, head, ablate]
         outputs = [german, cross, step, step_bar, step_table, stats, ref_summary, ref_plot, ref_table, info]
         btn.click(translate, inputs, outputs, api_name="translate")
