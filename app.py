@@ -32,6 +32,11 @@ CSS = """
 .sorter-marks .bad {background: #fde2e1; color: #7f1d1d;}
 """
 
+# Show the message of errors raised while Gradio checks API input (a slider sent "abc", a missing
+# argument): they are the only ones that reach the user unwrapped, since every callback turns its own
+# failures into worded gr.Error messages (ui.common.user_errors).
+SHOW_ERROR = True
+
 MISSING = preload(["sorter-pe", "sorter-nope", "translator-en-de"])
 if os.environ.get("ATTENTION_LAB_PRELOAD_PHOBERT", "1") != "0":
     phobert.preload_in_background()
@@ -64,7 +69,7 @@ def main(argv=None):
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action="store_true", help="also create a public gradio.live link (needs internet)")
     args = p.parse_args(argv)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS, show_error=SHOW_ERROR)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ def app_url(tmp_path_factory):
     import app
 
     port = free_port()
-    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=app.CSS)
+    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=app.CSS,
+                    show_error=app.SHOW_ERROR)
     yield f"http://127.0.0.1:{port}/"
     app.demo.close()
 

@@ -10,6 +10,7 @@ import threading
 import gradio as gr
 
 import zoo
+from zoo.basics import whole_number  # noqa: F401 - the one whole-number check, shared by the tabs
 
 log = logging.getLogger("attention_lab")
 _lock = threading.Lock()
@@ -64,14 +65,25 @@ def user_errors(fn):
 
 
 def check_text(text, what, max_chars):
-    """Common text checks: a string, not blank, not absurdly long."""
+    """Common text checks: a string, not blank, not absurdly long, valid Unicode."""
     if not isinstance(text, str):
         raise ValueError(f"The {what} must be text.")
     if not text.strip():
         raise ValueError(f"The {what} is empty. Type something first.")
     if len(text) > max_chars:
         raise ValueError(f"The {what} is {len(text):,} characters long; at most {max_chars:,} are accepted.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: not a character any tokenizer can read
+        raise ValueError(f"The {what} contains an invalid character (an unpaired UTF-16 surrogate).") from None
     return text.strip()
+
+
+def choose(value, choices, what):
+    """value if it is one of choices, else a ValueError listing them (API callers can send anything)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{what} must be one of: {', '.join(choices)}; got {quote(value)}.")
+    return value
 
 
 def quote(text, limit=30):

@@ -7,7 +7,7 @@ import numpy as np
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import model, user_errors
+from ui.common import model, user_errors, whole_number
 from ui.export import export_files
 from ui.sorter import (DEFAULT, EXAMPLES, FINAL_SNAPSHOT, HEAD_CHOICES, LAYER_CHOICES, parse_digits, pick_net,
                        run_sorter, select_map)
@@ -92,7 +92,7 @@ def permutation_test(text, seed=0):
     are the original ones, permuted. With positions they are not: the PE model still writes the sorted
     sequence, which is what sorting requires."""
     digits = parse_digits(text)
-    rng = np.random.default_rng(int(seed))
+    rng = np.random.default_rng(whole_number(seed, "The shuffle seed", 0, 2**31 - 1))
     perm = rng.permutation(len(digits))
     if (perm == np.arange(len(digits))).all():
         perm = np.roll(perm, 1)  # the identity proves nothing

@@ -9,7 +9,7 @@ import gradio as gr
 import numpy as np
 
 from ui import links, plots
-from ui.common import check_text, log, user_errors
+from ui.common import check_text, choose, log, user_errors, whole_number
 from ui.export import export_files
 from zoo import phobert
 from zoo.stats import head_table
@@ -24,12 +24,6 @@ UNAVAILABLE = ("### PhoBERT is not available here\n{reason}\n\nThe other tabs wo
                "Space (or any machine online) the weights (~540 MB) download on first use.")
 
 
-def whole(value, what, low, high):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or not low <= value <= high:
-        raise ValueError(f"{what} must be a whole number from {low} to {high}.")
-    return int(value)
-
-
 def run(text, segment):
     text = check_text(text, "Vietnamese text", MAX_CHARS)
     try:
@@ -41,11 +35,9 @@ def run(text, segment):
 def head_view(result, layer, head, view):
     """The selected head's matrix over subword tokens or over words."""
     n_layer, n_head = result.attentions.shape[:2]
-    layer_i, head_i = whole(layer, "Layer", 1, n_layer) - 1, whole(head, "Head", 1, n_head) - 1
-    if view == "words":
+    layer_i, head_i = whole_number(layer, "Layer", 1, n_layer) - 1, whole_number(head, "Head", 1, n_head) - 1
+    if choose(view, VIEWS, "View") == "words":
         return result.word_attentions[layer_i, head_i], result.words, result.words
-    if view != "subword tokens":
-        raise ValueError(f"View must be one of: {', '.join(VIEWS)}.")
     return result.attentions[layer_i, head_i], result.tokens, result.tokens
 
 
@@ -53,7 +45,7 @@ def token_index(result, token):
     """The query token for the top-3 table: an index into the tokens; None = the last real token."""
     if token is None or token == "":
         return len(result.tokens) - 2
-    return whole(token, "Token", 0, len(result.tokens) - 1)
+    return whole_number(token, "Token", 0, len(result.tokens) - 1)
 
 
 def detail(result, layer, head, token, view):

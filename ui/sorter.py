@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import head_mask, head_names, model, quote, snapshots, user_errors
+from ui.common import choose, head_mask, head_names, model, quote, snapshots, user_errors, whole_number
 from ui.export import export_files
 from zoo import CHECKPOINTS
 from zoo.sorter import accuracy, eval_set
@@ -56,9 +56,7 @@ def parse_digits(text):
 
 
 def check_model(name):
-    if name not in dict((v, k) for k, v in MODEL_CHOICES):
-        raise ValueError(f"Unknown model {quote(name)}; choose sorter-pe or sorter-nope.")
-    return name
+    return choose(name, [v for _, v in MODEL_CHOICES], "Model")
 
 
 def run_sorter(net, digits, mask=None):
@@ -71,15 +69,11 @@ def run_sorter(net, digits, mask=None):
 
 def select_map(maps, layer, head):
     """maps (L, H, T, T); layer '1'..; head '1'.. or 'average' -> (T, T) and a title."""
-    layer_i = int(layer) - 1
-    if not 0 <= layer_i < maps.shape[0]:
-        raise ValueError(f"Layer must be 1 to {maps.shape[0]}.")
+    layer = choose(layer, [str(i + 1) for i in range(maps.shape[0])], "Layer")
+    head = choose(head, [str(i + 1) for i in range(maps.shape[1])] + ["average"], "Head")
     if head == "average":
-        return maps[layer_i].mean(0), f"layer {layer}, average of {maps.shape[1]} heads"
-    head_i = int(head) - 1
-    if not 0 <= head_i < maps.shape[1]:
-        raise ValueError(f"Head must be 1 to {maps.shape[1]} or 'average'.")
-    return maps[layer_i, head_i], f"layer {layer}, head {head}"
+        return maps[int(layer) - 1].mean(0), f"layer {layer}, average of {maps.shape[1]} heads"
+    return maps[int(layer) - 1, int(head) - 1], f"layer {layer}, head {head}"
 
 
 def marks_html(pred, target):
@@ -121,11 +115,9 @@ def pick_net(name, snapshot):
     """The model at training snapshot `snapshot` (an index into the saved snapshots; the last one
     is the final model) and a line describing it."""
     snaps = snapshots(name)
-    if isinstance(snapshot, bool) or not isinstance(snapshot, (int, float)) or snapshot != int(snapshot) \
-            or not 0 <= snapshot < len(snaps):
-        raise ValueError(f"Training snapshot must be a whole number from 0 to {len(snaps) - 1}.")
-    snap = snaps[int(snapshot)]
-    final = int(snapshot) == len(snaps) - 1
+    snapshot = whole_number(snapshot, "Training snapshot", 0, len(snaps) - 1)
+    snap = snaps[snapshot]
+    final = snapshot == len(snaps) - 1
     net = model(name) if final else snap["model"]
     where = "final model" if final else "snapshot"
     return net, (f"{where}: training step {snap['step']} of {snaps[-1]['step']} — accuracy on 5,000 fresh sequences "

@@ -7,7 +7,7 @@ import numpy as np
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import check_text, head_mask, head_names, model, quote, user_errors
+from ui.common import check_text, choose, head_mask, head_names, model, quote, user_errors, whole_number
 from ui.export import export_files
 from zoo import CHECKPOINTS
 from zoo.stats import head_table
@@ -41,14 +41,6 @@ MASK_KEYS = {"cross": "cross", "dec": "decoder_self", "enc": "encoder"}  # ablat
 STATS_HEADERS = ["component", "layer", "head", "entropy (nats)", "self", "previous", "next", "first token"]
 
 
-def check_beam(beam_size):
-    """A whole number from 1 to 8 (the slider's range); anything else is refused, not rounded."""
-    if isinstance(beam_size, bool) or not isinstance(beam_size, (int, float)) or beam_size != int(beam_size) \
-            or not 1 <= beam_size <= 8:
-        raise ValueError(f"Beam size must be a whole number from 1 to 8, not {quote(beam_size)}.")
-    return int(beam_size)
-
-
 def translator_head_mask(net, selected):
     """['cross L1H2', 'enc L3H1', ...] -> the translator's head_mask dict, or None."""
     if not selected:
@@ -69,22 +61,16 @@ def translator_head_mask(net, selected):
 
 def pick(maps, layer, head):
     """maps (L, H, T_q, T_k) -> the selected (T_q, T_k) map and its name."""
-    layer_i = int(layer) - 1
-    if not 0 <= layer_i < maps.shape[0]:
-        raise ValueError(f"Layer must be 1 to {maps.shape[0]}.")
+    layer = choose(layer, [str(i + 1) for i in range(maps.shape[0])], "Layer")
+    head = choose(head, [str(i + 1) for i in range(maps.shape[1])] + ["average"], "Head")
     if head == "average":
-        return maps[layer_i].mean(0), f"layer {layer}, average of heads"
-    head_i = int(head) - 1
-    if not 0 <= head_i < maps.shape[1]:
-        raise ValueError(f"Head must be 1 to {maps.shape[1]} or 'average'.")
-    return maps[layer_i, head_i], f"layer {layer}, head {head}"
+        return maps[int(layer) - 1].mean(0), f"layer {layer}, average of heads"
+    return maps[int(layer) - 1, int(head) - 1], f"layer {layer}, head {head}"
 
 
 def component_view(info, component, layer, head):
     """(weights, query tokens, key tokens, title, axis titles) of the selected map."""
-    if component not in COMPONENTS:
-        raise ValueError(f"Choose one of: {', '.join(COMPONENTS)}.")
-    key, q_key, k_key, y_title, x_title = COMPONENTS[component]
+    key, q_key, k_key, y_title, x_title = COMPONENTS[choose(component, list(COMPONENTS), "Attention")]
     w, what = pick(info[key], layer, head)
     return w, info[q_key], info[k_key], f"{component[0].upper() + component[1:]}, {what}", x_title, y_title
 
@@ -133,7 +119,7 @@ def translate(text, beam_size=5, reference="", component="cross-attention", laye
     timeline slider, its first step's view, the per-head statistics, the optional reference's
     scores, and the state that later selections redraw from."""
     text = check_text(text, "English sentence", MAX_CHARS)
-    beam = check_beam(beam_size)
+    beam = whole_number(beam_size, "Beam size", 1, 8)
     net = model(NAME)
     mask = translator_head_mask(net, ablate)
     info = net.explain(text, beam_size=beam, head_mask=mask)

@@ -73,6 +73,8 @@ def parse_vectors(text, what="Q"):
                          f"({MAX_VECTORS} vectors of at most {MAX_DIM} numbers).")
     lines = [re.sub(r"[\[\]()]", " ", line).strip() for line in re.split(r"[\n;]", text)]
     lines = [line for line in lines if line.strip(" ,")]
+    if not lines:
+        raise ValueError(f"{what} holds no numbers: type {example}.")
     if len(lines) > MAX_VECTORS:
         raise ValueError(f"{what} has {len(lines)} vectors; at most {MAX_VECTORS} are accepted.")
     rows = []

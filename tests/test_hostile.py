@@ -1,0 +1,104 @@
+"""Hostile input through the public API: every named endpoint, at least 200 bad inputs each.
+
+Each request must come back either as a result or as an error whose message says what went wrong
+(never Gradio's bare "Error", never our own "failed unexpectedly" fallback, never a traceback), and
+the server must still answer correctly afterwards. Requests go through Gradio's REST API
+(/gradio_api/call/<name>), which accepts any JSON, so wrong types reach the server as sent.
+"""
+
+import json
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.app
+PER_ENDPOINT = 200
+STRINGS = [
+    "", " ", "\t\n\r", "x" * 1_000_000, "\x00\x01\x07\x1b[31m", "\u200b\u200c\u200d\ufeff", "🚲🐕‍🦺👩🏽‍🔬",
+    "مرحبا بالعالم", "\u202eevil\u202c", "e\u0301\u0301\u0301\u0301", "<img src=x onerror=alert(1)>",
+    "<script>alert(1)</script>", "'; DROP TABLE users; --", "../../etc/passwd", "%s%s%n{0}", "nan", "inf",
+    "-1", "1e309", "9" * 1000, "７ ２ ９ ２ ５ ０ ８ ３", "٧ ٢ ٩ ٢ ٥ ٠ ٨ ٣", "7 2 9 2 5 0 8 3 " * 1000, "null",
+    "[]", "L1H1,L9H9", "Ǆ\u0345ß\ufb01", "\ud83d", "a\nb\nc", "1,2,3,4,5,6,7,8,9,10",
+]
+OTHERS = [None, 0, -1, 1e308, -1e308, 3.5, True, False, [], [1, 2], {"a": 1}, [None], ["L9H9"], 2**63,
+          float("nan"), [[1, 2], [3]], "x" * 5000]
+VALUES = STRINGS + OTHERS
+
+
+def endpoints(client):
+    """{api_name: default arguments} for every named endpoint, read from the app's own API info."""
+    info = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    out = {}
+    for name, spec in info.items():
+        args = []
+        for p in spec["parameters"]:
+            args.append(p["parameter_default"] if p.get("parameter_has_default") else p.get("example_input"))
+        out[name.lstrip("/")] = args
+    return out
+
+
+def bad_calls(defaults, rng):
+    """At least PER_ENDPOINT argument lists: each argument replaced by each hostile value, then
+    random pairs; endpoints without arguments get hostile extra arguments."""
+    if not defaults:
+        return [[v] for v in VALUES] * (PER_ENDPOINT // len(VALUES) + 1)
+    calls = [defaults[:i] + [v] + defaults[i + 1:] for i in range(len(defaults)) for v in VALUES]
+    calls.append(defaults[:-1])  # an argument missing
+    while len(calls) < PER_ENDPOINT:
+        args = list(defaults)
+        for i in rng.sample(range(len(args)), min(2, len(args))):
+            args[i] = rng.choice(VALUES)
+        calls.append(args)
+    return calls
+
+
+def call(http, name, args):
+    """(kind, message) for one request: kind is 'result', 'error' or 'rejected' (HTTP 4xx)."""
+    try:
+        body = json.dumps({"data": args}, allow_nan=True)
+    except ValueError as e:  # e.g. a lone surrogate cannot be encoded: a client-side refusal
+        return "rejected", str(e)
+    r = http.post(f"call/{name}", content=body, headers={"content-type": "application/json"})
+    if 400 <= r.status_code < 500:
+        return "rejected", r.text
+    r.raise_for_status()
+    stream = http.get(f"call/{name}/{r.json()['event_id']}").text
+    event = stream.split("event: ", 1)[1].split("\n", 1)[0] if "event: " in stream else "missing"
+    if event == "complete":
+        return "result", ""
+    data = stream.split("data: ", 1)[1].strip() if "data: " in stream else "null"
+    try:
+        message = (json.loads(data.splitlines()[0]) or {}).get("error")
+    except json.JSONDecodeError:
+        message = data
+    return ("error" if event == "error" else event), message
+
+
+def test_every_endpoint_survives_hostile_input(client, app_url):
+    rng = random.Random(0)
+    jobs = [(name, args) for name, defaults in endpoints(client).items() for args in bad_calls(defaults, rng)]
+    counts = {}
+    for name, _ in jobs:
+        counts[name] = counts.get(name, 0) + 1
+    assert len(counts) >= 10 and min(counts.values()) >= PER_ENDPOINT, counts
+
+    with httpx.Client(base_url=app_url + "gradio_api/", timeout=120) as http, ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(lambda job: (job[0], *call(http, *job)), jobs))
+
+    bad = []
+    for (name, args), (_, kind, message) in zip(jobs, outcomes):
+        if kind == "result" or kind == "rejected":
+            continue
+        text = str(message or "")
+        if kind != "error" or len(text) < 10 or text.strip() == "Error" or "failed unexpectedly" in text \
+                or "Traceback" in text:
+            bad.append((name, repr(args)[:120], kind, text[:200]))
+    assert not bad, f"{len(bad)} unclear answers: {bad}"
+    kinds = [k for _, k, _ in outcomes]
+    assert kinds.count("error") > len(kinds) / 2  # most of these inputs must actually be refused
+
+    # the server is still up and still right
+    assert client.predict("7 2 9 2 5 0 8 3", "sorter-pe", "1", "average", 6, [], api_name="/sort")[0] == \
+        "0 2 2 3 5 7 8 9"

@@ -1,0 +1,135 @@
+"""The app as users meet it: start-up time, and latency of /sort and /translate through the API.
+
+    python -m training.bench_app [--requests 30] [--write]
+
+Start-up is measured in a fresh process started the way a user would (`python app.py`), offline
+(HF_HUB_OFFLINE=1, an empty Hub cache, no PHOBERT_PATH): from launching the process to the first
+answered HTTP request, and, inside it, the time to import app.py (Gradio, PyTorch, the zoo models).
+Latencies are medians over --requests sequential calls with gradio_client. Targets: start-up
+<= 5 s without PhoBERT, /sort <= 100 ms, /translate <= 500 ms. With --write the figures go into
+README.md's "Reliability and speed" table (between its markers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(port, env_extra=None, timeout=120):
+    """Start `python app.py` offline; return (process, seconds until it answered HTTP)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": tempfile.mkdtemp(prefix="hf-empty-"),
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    env.pop("PHOBERT_PATH", None)
+    env.update(env_extra or {})
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = t0 + timeout
+    while time.perf_counter() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app.py exited with {proc.returncode}:\n{proc.stdout.read()}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/gradio_api/info", timeout=1).status_code == 200:
+                return proc, time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"app.py did not answer within {timeout} s")
+
+
+def import_seconds():
+    """Seconds to `import app` in a fresh interpreter (offline, PhoBERT not preloaded)."""
+    code = "import time; t = time.perf_counter(); import app; print(time.perf_counter() - t)"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ATTENTION_LAB_PRELOAD_PHOBERT": "0"}
+    env.pop("PHOBERT_PATH", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def median_ms(fn, n):
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+def write_readme(figures):
+    """Replace the block between the README markers with the table of figures."""
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start, end = "<!-- bench_app:start -->", "<!-- bench_app:end -->"
+    if start not in text:
+        raise SystemExit("README.md has no bench_app markers")
+    table = "\n".join(f"| {k} | {v} |" for k, v in figures.items())
+    block = f"{start}\n| measured by `python -m training.bench_app --write` | |\n| --- | --- |\n{table}\n{end}"
+    readme.write_text(text[: text.index(start)] + block + text[text.index(end) + len(end):])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=30)
+    p.add_argument("--write", action="store_true")
+    args = p.parse_args(argv)
+    from gradio_client import Client
+
+    imp = import_seconds()
+    port = free_port()
+    proc, startup = start_app(port)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        sort = lambda: client.predict("7 2 9 2 5 0 8 3", "sorter-pe", "1", "average", 6, [], api_name="/sort")  # noqa: E731
+        translate = lambda: client.predict("A man is riding a bicycle down the street.", 5, "", "cross-attention",  # noqa: E731
+                                           "1", "average", [], api_name="/translate")
+        for _ in range(3):  # warm-up
+            sort(), translate()
+        sort_ms, translate_ms = median_ms(sort, args.requests), median_ms(translate, args.requests)
+        try:
+            client.predict("Xin chào", True, 1, 1, None, "subword tokens", api_name="/phobert")
+            phobert = "answered (weights present)"
+        except Exception as e:  # noqa: BLE001 - the point is what the message says
+            phobert = "explains itself" if "PHOBERT_PATH" in str(e) else f"unexpected: {e}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    figures = {"`import app` (Gradio, PyTorch, zoo models)": f"{imp:.2f} s",
+               "start-up offline, process start to first answer (target ≤ 5 s)": f"{startup:.2f} s",
+               f"/sort median of {args.requests} (target ≤ 100 ms)": f"{sort_ms:.0f} ms",
+               f"/translate median of {args.requests}, beam 5 (target ≤ 500 ms)": f"{translate_ms:.0f} ms",
+               "/phobert offline without weights": phobert}
+    for k, v in figures.items():
+        print(f"{k}: {v}")
+    checks = {"startup<=5s": startup <= 5, "sort<=100ms": sort_ms <= 100, "translate<=500ms": translate_ms <= 500,
+              "phobert explains itself": phobert != "unexpected"}
+    for k, ok in checks.items():
+        print(f"  {'PASS' if ok else 'FAIL'} {k}")
+    if args.write:
+        write_readme(figures)
+    print(json.dumps({"import_s": imp, "startup_s": startup, "sort_ms": sort_ms, "translate_ms": translate_ms}))
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
