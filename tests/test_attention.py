@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from zoo.basics import to_torch_mha
 from zoo.attention import (EncoderBlock, MultiHeadAttention, causal_mask, key_padding_mask,
                            scaled_dot_product_attention, sinusoidal_positions)
 
@@ -38,22 +38,12 @@ def test_sdpa_matches_torch(mask_kind, tq, tk):
         assert (w.masked_select(~mask.expand_as(w)) == 0).all()
 
 
-def copy_into_torch(ours, d_model, n_head):
-    ref = nn.MultiheadAttention(d_model, n_head, batch_first=True)
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
-        ref.out_proj.weight.copy_(ours.out_proj.weight)
-        ref.out_proj.bias.copy_(ours.out_proj.bias)
-    return ref.eval()
-
-
 @pytest.mark.parametrize("masking", ["none", "causal", "key_padding", "cross"])
 def test_multihead_matches_nn_multiheadattention(masking):
     torch.manual_seed(1)
     d, h, b, t = 32, 4, 3, 6
     ours = MultiHeadAttention(d, h).eval()
-    ref = copy_into_torch(ours, d, h)
+    ref = to_torch_mha(ours)
     x = torch.randn(b, t, d)
     ctx = torch.randn(b, 9, d) if masking == "cross" else x
     kwargs, mask = {}, None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from zoo.basics import median_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,23 +69,18 @@ def import_seconds():
 
 
 def median_ms(fn, n):
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
+    return median_seconds(fn, n) * 1000
 
 
-def write_readme(figures):
-    """Replace the block between the README markers with the table of figures."""
+def write_readme(name, figures):
+    """Replace README.md's block between <!-- name:start --> and <!-- name:end --> with a table."""
     readme = ROOT / "README.md"
     text = readme.read_text()
-    start, end = "<!-- bench_app:start -->", "<!-- bench_app:end -->"
-    if start not in text:
-        raise SystemExit("README.md has no bench_app markers")
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"README.md has no {start} ... {end} markers")
     table = "\n".join(f"| {k} | {v} |" for k, v in figures.items())
-    block = f"{start}\n| measured by `python -m training.bench_app --write` | |\n| --- | --- |\n{table}\n{end}"
+    block = f"{start}\n| measured by `python -m training.{name} --write` | |\n| --- | --- |\n{table}\n{end}"
     readme.write_text(text[: text.index(start)] + block + text[text.index(end) + len(end):])
 
 
@@ -126,7 +122,7 @@ def main(argv=None):
     for k, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'} {k}")
     if args.write:
-        write_readme(figures)
+        write_readme("bench_app", figures)
     print(json.dumps({"import_s": imp, "startup_s": startup, "sort_ms": sort_ms, "translate_ms": translate_ms}))
     return 0 if all(checks.values()) else 1
 

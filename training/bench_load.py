@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
-from training.bench_app import ROOT, free_port, start_app
+from training.bench_app import free_port, start_app, write_readme
 
 SENTENCES = ["A man is riding a bicycle.", "Two dogs play in the snow.", "A woman in a red coat reads a book.",
              "Children are playing soccer in a park.", "A group of people stand outside a building."]
@@ -49,15 +49,6 @@ def requests_for(client_id, n, rng):
             out.append(("/translate", [rng.choice(SENTENCES), rng.choice([1, 3, 5]), "", "cross-attention", "1",
                                        "average", []]))
     return out
-
-
-def write_readme(figures):
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    start, end = "<!-- bench_load:start -->", "<!-- bench_load:end -->"
-    table = "\n".join(f"| {k} | {v} |" for k, v in figures.items())
-    block = f"{start}\n| measured by `python -m training.bench_load --write` | |\n| --- | --- |\n{table}\n{end}"
-    readme.write_text(text[: text.index(start)] + block + text[text.index(end) + len(end):])
 
 
 def main(argv=None):
@@ -136,7 +127,7 @@ def main(argv=None):
         print(f"  {'PASS' if ok else 'FAIL'} {k}")
     print(f"median latency {statistics.median(lat) * 1000:.0f} ms")
     if args.write:
-        write_readme(figures)
+        write_readme("bench_load", figures)
     return 0 if all(checks.values()) else 1
 
 

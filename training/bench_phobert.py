@@ -17,13 +17,12 @@ import argparse
 import shutil
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModel
 
-from training.common import write_json
+from training.common import timed, write_json
 from zoo.phobert import PhobertExplorer, parameter_breakdown, segment_words
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "phobert-tokenizer"
@@ -38,12 +37,6 @@ def build_local_copy(folder, source=TOKENIZER_DIR):
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(source / "config_vinai_phobert-base.json")
     AutoModel.from_config(config).save_pretrained(folder)
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def main(argv=None):

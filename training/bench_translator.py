@@ -11,21 +11,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
 from training.cards import write_translator_card
-from training.common import read_json, write_json
+from training.common import read_json, timed, write_json
 from zoo import checkpoint_dir, load
 
 SENTENCE_12 = "A young man in a red shirt rides a bicycle down the street."
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def main(argv=None):

@@ -129,3 +129,12 @@ def snapshots(name):
             if name not in _snapshots:
                 _snapshots[name] = zoo.snapshots(name)
     return _snapshots[name]
+
+
+def select_head_map(maps, layer, head):
+    """maps (n_layer, n_head, T_q, T_k); layer '1'..; head '1'.. or 'average' -> ((T_q, T_k) map, its name)."""
+    layer = choose(layer, [str(i + 1) for i in range(maps.shape[0])], "Layer")
+    head = choose(head, [str(i + 1) for i in range(maps.shape[1])] + ["average"], "Head")
+    if head == "average":
+        return maps[int(layer) - 1].mean(0), f"layer {layer}, average of {maps.shape[1]} heads"
+    return maps[int(layer) - 1, int(head) - 1], f"layer {layer}, head {head}"

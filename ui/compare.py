@@ -7,10 +7,9 @@ import numpy as np
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import model, user_errors, whole_number
+from ui.common import model, select_head_map, user_errors, whole_number
 from ui.export import export_files
-from ui.sorter import (DEFAULT, EXAMPLES, FINAL_SNAPSHOT, HEAD_CHOICES, LAYER_CHOICES, parse_digits, pick_net,
-                       run_sorter, select_map)
+from ui.sorter import DEFAULT, EXAMPLES, FINAL_SNAPSHOT, HEAD_CHOICES, LAYER_CHOICES, parse_digits, pick_net, run_sorter
 from zoo import CHECKPOINTS
 from zoo.sorter import sorting_ceiling_without_positions
 
@@ -29,7 +28,7 @@ def both_views(digits, layer, head, snapshot):
     for name in NAMES:
         net, note = pick_net(name, snapshot)
         pred, maps, _ = run_sorter(net, digits)
-        w, what = select_map(maps, layer, head)
+        w, what = select_head_map(maps, layer, head)
         views.append((name, pred, w, what, note))
     return views
 

@@ -6,7 +6,6 @@ import html
 import threading
 
 import gradio as gr
-import numpy as np
 
 from ui import links, plots
 from ui.common import check_text, choose, log, user_errors, whole_number

@@ -12,7 +12,8 @@ import plotly.graph_objects as go
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import choose, head_mask, head_names, model, quote, snapshots, user_errors, whole_number
+from ui.common import (choose, head_mask, head_names, model, quote, select_head_map, snapshots, user_errors,
+                       whole_number)
 from ui.export import export_files
 from zoo import CHECKPOINTS
 from zoo.sorter import accuracy, eval_set
@@ -65,15 +66,6 @@ def run_sorter(net, digits, mask=None):
         logits, maps = net(torch.tensor([digits]), return_attention=True, head_mask=mask)
     return (logits[0].argmax(-1).tolist(), torch.stack([m[0] for m in maps]).numpy(),
             logits[0].softmax(-1).numpy())
-
-
-def select_map(maps, layer, head):
-    """maps (L, H, T, T); layer '1'..; head '1'.. or 'average' -> (T, T) and a title."""
-    layer = choose(layer, [str(i + 1) for i in range(maps.shape[0])], "Layer")
-    head = choose(head, [str(i + 1) for i in range(maps.shape[1])] + ["average"], "Head")
-    if head == "average":
-        return maps[int(layer) - 1].mean(0), f"layer {layer}, average of {maps.shape[1]} heads"
-    return maps[int(layer) - 1, int(head) - 1], f"layer {layer}, head {head}"
 
 
 def marks_html(pred, target):
@@ -144,7 +136,7 @@ def sort_digits(text, model_name="sorter-pe", layer="1", head="average", snapsho
     mask = head_mask(ablate, N_LAYER, N_HEAD)
     pred, maps, _ = run_sorter(net, digits, mask)
     target = sorted(digits)
-    w, what = select_map(maps, layer, head)
+    w, what = select_head_map(maps, layer, head)
     tokens = [str(d) for d in digits]
     fig = plots.attention_heatmap(w, tokens, tokens, f"{name}: {what}",
                                   x_title="key: input position (digit)", y_title="query: input position (digit)")
@@ -161,7 +153,7 @@ def export_view(text, model_name="sorter-pe", layer="1", head="average", snapsho
     name = check_model(model_name)
     net, snap_note = pick_net(name, snapshot)
     _, maps, _ = run_sorter(net, digits, head_mask(ablate, N_LAYER, N_HEAD))
-    w, what = select_map(maps, layer, head)
+    w, what = select_head_map(maps, layer, head)
     tokens = [str(d) for d in digits]
     return export_files(w, tokens, tokens, f"{name}-{what}", model=name, view=what, input=" ".join(tokens),
                         title=f"{name}: {what}", snapshot=snap_note, heads_switched_off=list(ablate or []))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import gradio as gr
-import numpy as np
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import check_text, choose, head_mask, head_names, model, quote, user_errors, whole_number
+from ui.common import (check_text, choose, head_mask, head_names, model, quote, select_head_map, user_errors,
+                       whole_number)
 from ui.export import export_files
 from zoo import CHECKPOINTS
 from zoo.stats import head_table
@@ -59,19 +59,10 @@ def translator_head_mask(net, selected):
     return masks
 
 
-def pick(maps, layer, head):
-    """maps (L, H, T_q, T_k) -> the selected (T_q, T_k) map and its name."""
-    layer = choose(layer, [str(i + 1) for i in range(maps.shape[0])], "Layer")
-    head = choose(head, [str(i + 1) for i in range(maps.shape[1])] + ["average"], "Head")
-    if head == "average":
-        return maps[int(layer) - 1].mean(0), f"layer {layer}, average of heads"
-    return maps[int(layer) - 1, int(head) - 1], f"layer {layer}, head {head}"
-
-
 def component_view(info, component, layer, head):
     """(weights, query tokens, key tokens, title, axis titles) of the selected map."""
     key, q_key, k_key, y_title, x_title = COMPONENTS[choose(component, list(COMPONENTS), "Attention")]
-    w, what = pick(info[key], layer, head)
+    w, what = select_head_map(info[key], layer, head)
     return w, info[q_key], info[k_key], f"{component[0].upper() + component[1:]}, {what}", x_title, y_title
 
 
@@ -84,7 +75,7 @@ def step_view(info, step, layer, head):
     """Decoding timeline: what the decoder saw and considered when it produced output `step` (1-based)."""
     n = len(info["steps"])
     t = min(max(int(step), 1), n) - 1
-    w, what = pick(info["cross_attention"], layer, head)
+    w, what = select_head_map(info["cross_attention"], layer, head)
     s = info["steps"][t]
     fig = plots.bar_chart(info["source_tokens"], w[t], f"Step {t + 1}/{n}: producing {s['token']} "
                           f"— cross-attention row ({what})", "source token", "weight")

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .attention import EncoderBlock, FeedForward, MultiHeadAttention, causal_mask, key_padding_mask, sinusoidal_positions
