@@ -1,7 +1,8 @@
 """Attention Lab: see what every attention head of a Transformer does.
 
-`demo` is built at import time (Hugging Face Spaces import this file and launch it); the zoo models
-are loaded once, here, and shared by every request. `python app.py --help` for local options.
+`demo` is built at import time, with the zoo models loaded once and shared by every request;
+`python app.py` launches it (a Hugging Face Space runs exactly that, with GRADIO_SERVER_NAME and
+GRADIO_SERVER_PORT set, which become the defaults of --host and --port). `python app.py --help`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import torch
 from ui import basics, compare, links, phobert, sorter, translator
 from ui.common import preload
 
-# The Space has 2 vCPUs and the queue runs up to CONCURRENCY requests at once; each request's
-# PyTorch work then gets one thread, so two requests never fight over the same core.
-CONCURRENCY = int(os.environ.get("ATTENTION_LAB_CONCURRENCY", "2"))
+# The Space has 2 vCPUs. Each event runs at most CONCURRENCY requests at once (Gradio's limit is
+# per event), and PyTorch gets one thread per request on such a machine: concurrent requests then
+# spread over the cores instead of each spinning up threads that fight for the same two.
+CONCURRENCY = max(1, int(os.environ.get("ATTENTION_LAB_CONCURRENCY", "2")))
 torch.set_num_threads(max(1, (os.cpu_count() or 2) // CONCURRENCY))
 logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 logging.getLogger("attention_lab").setLevel(logging.INFO)
@@ -65,8 +67,9 @@ demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Run Attention Lab locally.")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for your network)")
-    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                   help="address to listen on (0.0.0.0 for your network)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     p.add_argument("--share", action="store_true", help="also create a public gradio.live link (needs internet)")
     args = p.parse_args(argv)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS, show_error=SHOW_ERROR)

@@ -14,7 +14,8 @@ from transformers import AutoConfig, AutoModel
 
 from conftest import write_tiny_phobert, write_tiny_roberta
 from zoo import phobert
-from zoo.phobert import PhobertExplorer, PhobertUnavailable, entropy, parameter_breakdown, top_attended
+from zoo.phobert import PhobertExplorer, PhobertUnavailable, parameter_breakdown, top_attended
+from zoo.stats import row_entropy
 
 SENTENCE = "Giảng viên giải thích rất dễ hiểu nhưng phòng học quá nóng"
 
@@ -70,7 +71,7 @@ def test_entropy_and_bos_share_match_numpy(tiny_explorer):
 
 def test_entropy_counts_zero_weights_as_zero():
     p = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]], dtype=np.float32)
-    np.testing.assert_allclose(entropy(p), [0.0, np.log(2), np.log(3)], rtol=1e-6)
+    np.testing.assert_allclose(row_entropy(p), [0.0, np.log(2), np.log(3)], rtol=1e-6)
 
 
 def test_word_view_sums_key_pieces_and_averages_query_pieces(tiny_explorer):

@@ -82,8 +82,9 @@ def test_tokenizer_is_lossless(text):
 
 def test_training_learns_the_synthetic_language(tiny_model):
     model, out = tiny_model
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "metrics.json",
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "manifest.json", "metrics.json",
                                                        "model.safetensors", "tokenizer.json"]
+    zoo.verify_manifest(out)  # the folder is complete and loadable by zoo.load as it stands
     history = __import__("json").loads((out / "metrics.json").read_text())["training"]["history"]
     assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
     hyp = model.translate(["A dog sleeps in the park."], beam_size=3)[0]

@@ -43,12 +43,14 @@ def start_app(port, env_extra=None, timeout=120):
     env.pop("PHOBERT_PATH", None)
     env.update(env_extra or {})
     t0 = time.perf_counter()
+    log = tempfile.NamedTemporaryFile("w+", prefix="attention-lab-app-", suffix=".log", delete=False)
     proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
     deadline = t0 + timeout
     while time.perf_counter() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"app.py exited with {proc.returncode}:\n{proc.stdout.read()}")
+            log.seek(0)
+            raise RuntimeError(f"app.py exited with {proc.returncode}:\n{log.read()[-3000:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/gradio_api/info", timeout=1).status_code == 200:
                 return proc, time.perf_counter() - t0
@@ -118,7 +120,7 @@ def main(argv=None):
     for k, v in figures.items():
         print(f"{k}: {v}")
     checks = {"startup<=5s": startup <= 5, "sort<=100ms": sort_ms <= 100, "translate<=500ms": translate_ms <= 500,
-              "phobert explains itself": phobert != "unexpected"}
+              "phobert explains itself": not phobert.startswith("unexpected")}
     for k, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'} {k}")
     if args.write:

@@ -106,7 +106,7 @@ def save(model, record, out_dir, name, args_used):
     for old in snap_dir.glob("*.safetensors"):
         old.unlink()
     metrics["snapshots"] = []
-    probe = DigitSorter(use_pos_encoding=model.use_pos_encoding)
+    probe = DigitSorter(use_pos_encoding=model.use_pos_encoding).eval()
     for step, state in sorted(record["snapshots"].items()):
         file = f"step-{step:05d}.safetensors"
         save_file(state, str(snap_dir / file))

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from training.cards import write_translator_card
 from training.common import pick_device, pick_dtype, read_json, seed_everything, write_json
 from training.multi30k import load_split
 from training.subwords import SPECIALS, train_tokenizer
@@ -41,14 +42,14 @@ def make_batches(pairs, max_tokens, rng):
     """Token-count batching: sort by length (with a little noise so batches differ between
     epochs), cut into batches whose padded src+tgt size stays under max_tokens, shuffle them."""
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][1]) + rng.random(), len(pairs[i][0])))
-    batches, cur, longest = [], [], 0
+    batches, cur, src_max, tgt_max = [], [], 0, 0
     for i in order:
-        size = len(pairs[i][0]) + len(pairs[i][1]) + 1
-        if cur and max(longest, size) * (len(cur) + 1) > max_tokens:
+        s, t = len(pairs[i][0]), len(pairs[i][1]) + 1  # the target is padded with <s> in front
+        if cur and (max(src_max, s) + max(tgt_max, t)) * (len(cur) + 1) > max_tokens:
             batches.append(cur)
-            cur, longest = [], 0
+            cur, src_max, tgt_max = [], 0, 0
         cur.append(i)
-        longest = max(longest, size)
+        src_max, tgt_max = max(src_max, s), max(tgt_max, t)
     batches.append(cur)
     rng.shuffle(batches)
     return batches
@@ -212,6 +213,7 @@ def main(argv=None):
         "history": history,
     }
     write_json(f"{args.out}/metrics.json", metrics)
+    write_translator_card(args.out)  # card + SHA-256 manifest: zoo.load verifies the folder against it
     print(f"saved to {args.out} ({chosen}); wall time {time.time() - t_start:.0f} s", flush=True)
 
 

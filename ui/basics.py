@@ -299,7 +299,7 @@ def parameters():
     for name in zoo.available():
         try:
             net = model(name)
-        except (FileNotFoundError, ValueError) as e:  # a broken checkpoint: say so, list the others
+        except Exception as e:  # noqa: BLE001 - a broken checkpoint: say so, list the others
             notes.append(f"**{name}** could not be loaded ({e}), so it is not listed.")
             continue
         counts = basics.parameter_breakdown(net)

@@ -35,7 +35,7 @@ def preload(names):
     for name in names:
         try:
             model(name)
-        except (KeyError, FileNotFoundError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - one broken checkpoint must not take the other tabs down
             problems[name] = str(e)
             log.warning("model %s not loaded: %s", name, e)
     return problems

@@ -23,12 +23,16 @@ UNAVAILABLE = ("### PhoBERT is not available here\n{reason}\n\nThe other tabs wo
                "Space (or any machine online) the weights (~540 MB) download on first use.")
 
 
+class Unavailable(gr.Error):
+    """PhoBERT's weights can't be had: the message says what is missing and how to fix it."""
+
+
 def run(text, segment):
     text = check_text(text, "Vietnamese text", MAX_CHARS)
     try:
         return phobert.explorer().analyze(text, segment=bool(segment))
     except phobert.PhobertUnavailable as e:
-        raise gr.Error(html.escape(str(e), quote=False), print_exception=False) from None
+        raise Unavailable(html.escape(str(e), quote=False), print_exception=False) from None
 
 
 def head_view(result, layer, head, view):
@@ -40,18 +44,24 @@ def head_view(result, layer, head, view):
     return result.attentions[layer_i, head_i], result.tokens, result.tokens
 
 
-def token_index(result, token):
-    """The query token for the top-3 table: an index into the tokens; None = the last real token."""
+def token_index(result, token, strict=True):
+    """The query token for the top-3 table: an index into the tokens; None = the last real token.
+    strict=False (a new text was analysed): a token the new text doesn't have falls back to None."""
     if token is None or token == "":
         return len(result.tokens) - 2
+    if not strict:
+        try:
+            return whole_number(token, "Token", 0, len(result.tokens) - 1)
+        except ValueError:
+            return len(result.tokens) - 2
     return whole_number(token, "Token", 0, len(result.tokens) - 1)
 
 
-def detail(result, layer, head, token, view):
+def detail(result, layer, head, token, view, strict=True):
     """Selected head's heatmap + where the chosen token attends in every head of that layer."""
     w, q, k = head_view(result, layer, head, view)
     fig = plots.attention_heatmap(w, q, k, f"PhoBERT layer {int(layer)}, head {int(head)} ({view})")
-    t = token_index(result, token)
+    t = token_index(result, token, strict)
     top = [[f"H{h + 1}"] + [f"{tok} ({wt:.3f})" for tok, wt in phobert.top_attended(result, t, int(layer) - 1, h)]
            for h in range(result.attentions.shape[1])]
     return fig, top
@@ -81,7 +91,7 @@ def analyze(text, segment=True, layer=1, head=1, token=None, view="subword token
     statistics, the parameter breakdown, the token choices and the state."""
     result = run(text, segment)
     n_layer, n_head = result.attentions.shape[:2]
-    fig, top = detail(result, layer, head, token, view)
+    fig, top = detail(result, layer, head, token, view, strict=False)
     layers = list(range(1, n_layer + 1))
     entropy_map = plots.grid_heatmap(result.head_entropy, [f"layer {i}" for i in layers],
                                      [f"head {h + 1}" for h in range(n_head)],
@@ -99,7 +109,8 @@ def analyze(text, segment=True, layer=1, head=1, token=None, view="subword token
     choices = [(f"{i}: {t}", i) for i, t in enumerate(result.tokens)]
     return (summary_text(result), status, entropy_map, fig, top, entropy_fig, bos_fig,
             [list(r.values()) for r in stats], breakdown_rows(),
-            gr.Dropdown(choices=choices, value=token_index(result, token)), result)
+            gr.Dropdown(choices=choices, value=token_index(result, token, strict=False)),
+            gr.Slider(maximum=n_layer), gr.Slider(maximum=n_head), result)
 
 
 @user_errors
@@ -124,8 +135,8 @@ def on_load(*args):
     (no error pop-up on every page view)."""
     try:
         return analyze(*args)
-    except gr.Error as e:
-        return ("", UNAVAILABLE.format(reason=e.message), *[gr.skip()] * 9)
+    except Unavailable as e:
+        return ("", UNAVAILABLE.format(reason=e.message), *[gr.skip()] * 11)
 
 
 def select_row(evt: gr.SelectData):
@@ -146,7 +157,8 @@ def preload_in_background():
 def build(demo):
     with gr.Tab("PhoBERT heads", id="phobert"):
         gr.Markdown(
-            "[PhoBERT](https://huggingface.co/vinai/phobert-base) is a RoBERTa for Vietnamese: 12 layers × 12 heads. "
+            "[PhoBERT](https://huggingface.co/vinai/phobert-base) is a RoBERTa for Vietnamese (phobert-base: 12 layers × "
+            "12 heads). "
             "Vietnamese writes a space between syllables, so the text is first **word-segmented** with pyvi "
             "(syllables of a word joined by `_`), then split into subword pieces (`@@` marks a piece that continues).")
         result = gr.State()
@@ -183,11 +195,12 @@ def build(demo):
             export_btn = gr.Button("Export the selected head (JSON, CSV, SVG, PNG)", elem_id="phobert-export")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="phobert-files")
         inputs = [text, segment, layer, head, token, view]
-        outputs = [summary, status, overview, heat, top, entropy_fig, bos_fig, stats, params, token, result]
+        outputs = [summary, status, overview, heat, top, entropy_fig, bos_fig, stats, params, token, layer, head,
+                   result]
         btn.click(analyze, inputs, outputs, api_name="phobert")
         text.submit(analyze, inputs, outputs, api_visibility="private")
-        gr.on([layer.release, head.release, token.input, view.change], reselect,
-              [result, layer, head, token, view], [heat, top], api_visibility="private")
+        gr.on([layer.release, head.release, token.input, view.input], reselect,
+              [result, layer, head, token, view], [heat, top], api_visibility="private", trigger_mode="always_last")
         stats.select(select_row, None, [layer, head], api_visibility="private").then(
             reselect, [result, layer, head, token, view], [heat, top], api_visibility="private")
         export_btn.click(export_view, [result, layer, head, view], files, api_name="phobert_export")

@@ -20,8 +20,9 @@ from zoo.sorter import accuracy, eval_set
 from zoo.stats import head_table, sorter_answer_keys
 
 SEQ_LEN, N_LAYER, N_HEAD = 8, 2, 4
-# Index of the last training snapshot saved beside the weights (the last one is the final model).
-FINAL_SNAPSHOT = len(read_json(CHECKPOINTS / "sorter-pe" / "metrics.json").get("snapshots", [None])) - 1
+# Index of the last training snapshot saved beside both sorters' weights (the last is the final model).
+FINAL_SNAPSHOT = max(0, min(len(read_json(CHECKPOINTS / n / "metrics.json").get("snapshots", []))
+                            for n in ("sorter-pe", "sorter-nope")) - 1)
 FIXED = eval_set(1000, seed=1)  # the ablation's fixed benchmark: 1,000 sequences, always the same
 STATS_HEADERS = ["layer", "head", "entropy (nats)", "self", "previous", "next", "first token", "answer digit"]
 MODEL_CHOICES = [("With positional encoding", "sorter-pe"), ("Without positional encoding", "sorter-nope")]
@@ -61,11 +62,10 @@ def check_model(name):
 
 
 def run_sorter(net, digits, mask=None):
-    """Predicted digits, attention maps as a (n_layer, n_head, 8, 8) array, and probabilities."""
+    """Predicted digits and the attention maps as a (n_layer, n_head, 8, 8) array."""
     with torch.inference_mode():
         logits, maps = net(torch.tensor([digits]), return_attention=True, head_mask=mask)
-    return (logits[0].argmax(-1).tolist(), torch.stack([m[0] for m in maps]).numpy(),
-            logits[0].softmax(-1).numpy())
+    return logits[0].argmax(-1).tolist(), torch.stack([m[0] for m in maps]).numpy()
 
 
 def marks_html(pred, target):
@@ -134,7 +134,7 @@ def sort_digits(text, model_name="sorter-pe", layer="1", head="average", snapsho
     name = check_model(model_name)
     net, snap_note = pick_net(name, snapshot)
     mask = head_mask(ablate, N_LAYER, N_HEAD)
-    pred, maps, _ = run_sorter(net, digits, mask)
+    pred, maps = run_sorter(net, digits, mask)
     target = sorted(digits)
     w, what = select_head_map(maps, layer, head)
     tokens = [str(d) for d in digits]
@@ -152,7 +152,7 @@ def export_view(text, model_name="sorter-pe", layer="1", head="average", snapsho
     digits = parse_digits(text)
     name = check_model(model_name)
     net, snap_note = pick_net(name, snapshot)
-    _, maps, _ = run_sorter(net, digits, head_mask(ablate, N_LAYER, N_HEAD))
+    _, maps = run_sorter(net, digits, head_mask(ablate, N_LAYER, N_HEAD))
     w, what = select_head_map(maps, layer, head)
     tokens = [str(d) for d in digits]
     return export_files(w, tokens, tokens, f"{name}-{what}", model=name, view=what, input=" ".join(tokens),
@@ -203,9 +203,12 @@ def build(demo):
         outputs = [answer, marks, heat, overview, note, stats]
         btn.click(sort_digits, inputs, outputs, api_name="sort")
         digits.submit(sort_digits, inputs, outputs, api_visibility="private")
-        gr.on([choice.change, layer.change, head.change, snapshot.release, ablate.change], sort_digits, inputs,
-              outputs, api_visibility="private")
-        stats.select(select_head, None, [layer, head], api_visibility="private")
+        # .input, not .change: only a user's own change reruns (a shared link sets values by code);
+        # always_last: a change made while a run is in flight is run afterwards, not dropped
+        rerun = dict(fn=sort_digits, inputs=inputs, outputs=outputs, api_visibility="private",
+                     trigger_mode="always_last")
+        gr.on([choice.input, layer.input, head.input, snapshot.release, ablate.input], **rerun)
+        stats.select(select_head, None, [layer, head], api_visibility="private").then(**rerun)
         export_btn.click(export_view, inputs, files, api_name="sort_export")
         links.add_link_button("sorter", inputs)
     return {"inputs": inputs, "load": (sort_digits, inputs, outputs)}

@@ -33,8 +33,8 @@ ABLATION_CHOICES = head_names(N_ENC, N_HEAD, "enc ") + head_names(N_DEC, N_HEAD,
 
 COMPONENTS = {"cross-attention": ("cross_attention", "target_tokens", "source_tokens",
                                    "output token (German)", "source token (English)"),
-              "decoder self-attention": ("decoder_self_attention", "target_tokens", "target_tokens",
-                                         "output token (query)", "earlier output token (key)"),
+              "decoder self-attention": ("decoder_self_attention", "target_tokens", "decoder_input_tokens",
+                                         "output token being produced (query)", "decoder input so far (key)"),
               "encoder self-attention": ("encoder_self_attention", "source_tokens", "source_tokens",
                                          "source token (query)", "source token (key)")}
 MASK_KEYS = {"cross": "cross", "dec": "decoder_self", "enc": "encoder"}  # ablation name prefix -> head_mask key
@@ -47,15 +47,15 @@ def translator_head_mask(net, selected):
         return None
     if isinstance(selected, str) or not isinstance(selected, (list, tuple)):
         raise ValueError("Heads to switch off must be a list of names like 'cross L1H2'.")
+    unknown = [s for s in selected if not (isinstance(s, str) and s.split(" ", 1)[0] in MASK_KEYS)]
+    if unknown:
+        raise ValueError(f"Unknown head {quote(unknown[0])}; choose from {', '.join(ABLATION_CHOICES)}.")
     n_head = net.decoder[0].self_attn.n_head
     masks = {}
     for prefix, key in MASK_KEYS.items():
-        chosen = [s.split(" ", 1)[1] for s in selected if isinstance(s, str) and s.startswith(prefix + " ")]
+        chosen = [s for s in selected if s.startswith(prefix + " ")]
         n_layer = len(net.encoder) if key == "encoder" else len(net.decoder)
-        masks[key] = head_mask(chosen, n_layer, n_head)
-    unknown = [s for s in selected if not (isinstance(s, str) and s.split(" ", 1)[0] in MASK_KEYS)]
-    if unknown:
-        raise ValueError(f"Unknown head {quote(unknown[0])}; names look like 'enc L1H2', 'dec L2H1', 'cross L3H4'.")
+        masks[key] = head_mask(chosen, n_layer, n_head, prefix + " ")
     return masks
 
 
@@ -84,10 +84,16 @@ def step_view(info, step, layer, head):
     return fig, table
 
 
+# Statistics that mean nothing for a component are left blank: cross-attention rows and columns are
+# different sequences (no "self"), and causal self-attention can never look at the next token.
+BLANK = {"cross-attention": {"self", "previous", "next"}, "decoder self-attention": {"next"}}
+
+
 def stats_rows(info):
     rows = []
     for component, (key, *_rest) in COMPONENTS.items():
-        rows += [[component, *r.values()] for r in head_table(info[key])]
+        blank = BLANK.get(component, set())
+        rows += [[component] + [None if k in blank else v for k, v in r.items()] for r in head_table(info[key])]
     return rows
 
 
@@ -208,10 +214,12 @@ def build(demo):
         outputs = [german, cross, step, step_bar, step_table, stats, ref_summary, ref_plot, ref_table, info]
         btn.click(translate, inputs, outputs, api_name="translate")
         text.submit(translate, inputs, outputs, api_visibility="private")
-        ablate.change(translate, inputs, outputs, api_visibility="private")
-        gr.on([component.change, layer.change, head.change, step.change], reselect,
-              [info, component, layer, head, step], [cross, step_bar, step_table], api_visibility="private")
-        stats.select(select_row, None, [component, layer, head], api_visibility="private")
+        ablate.input(translate, inputs, outputs, api_visibility="private", trigger_mode="always_last")
+        # .input, not .change: only a user's own change redraws (a shared link sets values by code)
+        redraw = dict(fn=reselect, inputs=[info, component, layer, head, step], outputs=[cross, step_bar, step_table],
+                      api_visibility="private", trigger_mode="always_last")
+        gr.on([component.input, layer.input, head.input, step.input], **redraw)
+        stats.select(select_row, None, [component, layer, head], api_visibility="private").then(**redraw)
         export_btn.click(export_view, [info, component, layer, head], files, api_name="translator_export")
         links.add_link_button("translator", inputs)
     return {"inputs": inputs, "load": (translate, inputs, outputs)}

@@ -32,7 +32,7 @@ def checkpoint_dir(name):
         raise KeyError(f"Unknown model {name!r}. Available: {', '.join(available()) or 'none'}.")
     folder = CHECKPOINTS / name
     if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"Model {name!r} has no checkpoint in {folder}; train it with the "
+        raise FileNotFoundError(f"Model {name!r} is not installed (no zoo/checkpoints/{name}/); train it with the "
                                 f"script named in README.md. Available: {', '.join(available()) or 'none'}.")
     return folder
 

@@ -102,8 +102,8 @@ def parse_vectors(text, what="Q"):
 def qkv_attention(q, k=None, v=None):
     """The article's worked example: softmax(Q K^T / sqrt(d_k)) V for small typed-in vectors.
 
-    q: (T_q, d_k), k: (T_k, d_k), v: (T_k, d_v); k and v default to q (self-attention on the raw
-    vectors, as in the article). Returns scores (T_q, T_k), weights (T_q, T_k), their row sums
+    q: (T_q, d_k), k: (T_k, d_k), v: (T_k, d_v); k defaults to q and v to k (with neither given:
+    self-attention on the raw vectors, as in the article). Returns scores (T_q, T_k), weights (T_q, T_k), their row sums
     (T_q,) and the output (T_q, d_v).
     """
     k = q if k is None else k

@@ -27,7 +27,7 @@ import torch
 from transformers import AutoModel, PhobertTokenizer
 
 from .hub import resolve_file
-from .stats import row_entropy as entropy
+from .stats import entropy
 
 HUB_IDS = ("vinai/phobert-base", "vinai/phobert-large")
 DEFAULT_ID = HUB_IDS[0]
@@ -144,7 +144,7 @@ class PhobertExplorer:
         # <unk> among the tokens (that is what the model saw) but keeps its text in its word.
         words, index = group_words(pieces)
         word_index = [None, *index, None]
-        head_entropy = entropy(att).mean(-1)  # (L, H)
+        head_entropy = entropy(att)  # (L, H): mean over query rows
         return Analysis(segmented=segmented, tokens=self.tokenizer.convert_ids_to_tokens(ids), words=words,
                         word_index=word_index, attentions=att, layer_entropy=head_entropy.mean(-1),
                         max_entropy=float(np.log(n)), head_entropy=head_entropy,

@@ -54,9 +54,6 @@ class DecoderBlock(nn.Module):
         return x, (k, v), self_w, cross_w
 
 
-HEAD_MASK_KEYS = ("encoder", "decoder_self", "cross")
-
-
 def layer_mask(head_mask, key, layer):
     """Row `layer` of head_mask[key] ((n_layer, n_head), 1 = keep), or None when not ablating."""
     if not head_mask or head_mask.get(key) is None:
@@ -77,11 +74,11 @@ class DecoderState:
     head_mask: dict | None = None
 
     def reorder(self, index):
-        """Keep batch rows `index` (beam search picks which hypotheses survive)."""
-        pick = lambda kv: (kv[0].index_select(0, index), kv[1].index_select(0, index))  # noqa: E731
-        self.cross_kv = [pick(kv) for kv in self.cross_kv]
-        self.self_kv = [None if kv is None else pick(kv) for kv in self.self_kv]
-        self.cross_mask = self.cross_mask.index_select(0, index)
+        """Keep batch rows `index` (beam search picks which hypotheses survive). Only the
+        self-attention cache moves: beam search never picks a row outside a sentence's own group of
+        beams, whose encoder keys/values (and source mask) are identical copies."""
+        self.self_kv = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
+                        for kv in self.self_kv]
 
 
 class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "de"],
@@ -277,7 +274,8 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         """Text -> ids (no specials). Refuses empty text and text longer than the model takes."""
         text = unicodedata.normalize("NFC", text).strip()
         if not text:
-            raise ValueError(f"The {role} is empty: type an English sentence.")
+            language = "a German" if role == "reference" else "an English"
+            raise ValueError(f"The {role} is empty: type {language} sentence.")
         ids = self.tokenizer.encode(text).ids
         if len(ids) + 1 > self.max_len:
             raise ValueError(f"The {role} is {len(ids)} subword tokens long; this model takes at most "
@@ -331,16 +329,18 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         memory, src_mask, enc_maps = self.encode(src, return_attention=True, head_mask=head_mask)
         logits, self_maps, cross_maps = self.decode(tgt_in, self.start_state(memory, src_mask, head_mask),
                                                     return_attention=True)
-        stack = lambda maps: torch.stack([m[0] for m in maps]).float().numpy()  # noqa: E731
-        probs = logits[0].float().softmax(-1)  # (T_tgt, V)
+        stack = lambda maps: torch.stack([m[0] for m in maps]).float().cpu().numpy()  # noqa: E731
+        probs = logits[0].float().softmax(-1).cpu()  # (T_tgt, V)
         return probs, stack(enc_maps), stack(self_maps), stack(cross_maps)
 
     def explain(self, text, beam_size=5, length_penalty=0.6, top_k=5, head_mask=None):
         """Translate one sentence and return everything needed to show how.
 
-        Keys: source_tokens, target_tokens (the output, ending with </s>), translation,
-        cross_attention (n_layer, n_head, T_tgt, T_src), decoder_self_attention
-        (n_layer, n_head, T_tgt, T_tgt), encoder_self_attention (n_layer, n_head, T_src, T_src),
+        Keys: source_tokens, target_tokens (the output, ending with </s>), decoder_input_tokens (what
+        the decoder read at each step: <s> then the output shifted by one: the keys of its
+        self-attention), translation, cross_attention (n_layer, n_head, T_tgt, T_src),
+        decoder_self_attention (n_layer, n_head, T_tgt, T_tgt), encoder_self_attention
+        (n_layer, n_head, T_src, T_src),
         steps: for each output position the top_k candidates [(token, prob)] and the chosen
         token's probability.
         """
@@ -357,6 +357,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         return {
             "source_tokens": self.token_strings(src_ids),
             "target_tokens": self.token_strings(out_ids),
+            "decoder_input_tokens": self.token_strings([self.bos_id] + out_ids[:-1]),
             "translation": self.decode_ids(hyp),
             "cross_attention": cross,
             "decoder_self_attention": dec_self,
