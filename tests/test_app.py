@@ -108,3 +108,43 @@ def test_api_translate(client):
 def test_api_translate_refuses_empty(client):
     with pytest.raises(AppError, match="empty"):
         client.predict("   ", 5, "", "1", "average", api_name="/translate")
+
+
+def test_api_phobert(client):
+    result = client.predict("Giảng viên giải thích rất dễ hiểu nhưng phòng học quá nóng", True, 1, 1, None,
+                            "subword tokens", api_name="/phobert")
+    assert result[0].startswith("Segmented: Giảng_viên giải_thích rất dễ hiểu")
+    assert "Tokens (12): <s> | Giảng_viên" in result[0] or "Tokens (" in result[0]
+
+
+def test_phobert_tab_explains_missing_weights(monkeypatch, tmp_path):
+    from ui import phobert as tab
+    from zoo import phobert
+
+    monkeypatch.setattr(phobert, "_explorer", phobert.PhobertExplorer(tmp_path / "no-such-folder"))
+    with pytest.raises(gr.Error) as err:
+        tab.analyze(tab.DEFAULT)
+    assert "does not exist" in err.value.message and "PHOBERT_PATH" in err.value.message
+    out = tab.on_load(tab.DEFAULT, True, 1, 1, None, "subword tokens")
+    assert out[0] == "" and "PhoBERT is not available here" in out[1] and "PHOBERT_PATH" in out[1]
+    with pytest.raises(gr.Error, match="empty"):  # a user mistake is still a user mistake
+        tab.analyze("   ")
+
+
+def test_phobert_callbacks_on_a_tiny_model(monkeypatch, tmp_path):
+    from conftest import write_tiny_phobert
+    from ui import phobert as tab
+    from zoo import phobert
+
+    monkeypatch.setattr(phobert, "_explorer", phobert.PhobertExplorer(write_tiny_phobert(tmp_path)))
+    out = tab.analyze("tôi thích Hà_Nội", False, 2, 1, 99, "words")
+    summary, result = out[0], out[-1]
+    assert "Words (3): tôi | thích | Hà_Nội" in summary
+    assert out[9].value == len(result.tokens) - 2  # a token the new text lacks falls back to the last word
+    fig, top = tab.reselect(result, 2, 2, 1, "subword tokens")
+    assert [r[0] for r in top] == ["H1", "H2"] and len(top[0]) == 4
+    assert np.allclose(np.array(fig.data[0].z), result.attentions[1, 1])
+    with pytest.raises(gr.Error, match="Token must be a whole number from 0 to 5"):
+        tab.reselect(result, 1, 1, 99, "subword tokens")
+    rows = out[7]
+    assert len(rows) == 4 and rows[0][:2] == [1, 1]

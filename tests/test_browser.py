@@ -187,3 +187,23 @@ def test_basics_tab(page):
     page.locator("#basics-qkv-table").get_by_text("0.32").first.wait_for(timeout=30_000)
     assert plot_rendered(page, "basics-pe-heatmap") >= 1
     shot(page, "basics")
+
+
+def test_html_in_tokens_is_shown_as_text(page):
+    """Token text and error messages containing HTML are displayed, never run."""
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    open_tab(page, "PhoBERT heads")
+    wait_value(page, "phobert-output", "v.includes('Giảng_viên')")
+    textbox(page, "phobert-input").fill("<img src=x onerror=alert(1)> <b>đậm</b>")
+    page.locator("#phobert-run").click()
+    wait_value(page, "phobert-output", "v.includes('onerror')")
+    page.wait_for_function("() => [...document.querySelectorAll('#phobert-heatmap .xtick text')]"
+                           ".some(t => t.textContent.includes('<'))", timeout=30_000)
+    open_tab(page, "Sorter")
+    textbox(page, "sorter-input").fill("<img src=x onerror=alert(2)>")
+    page.locator("#sorter-run").click()
+    page.get_by_text("is not a digit").first.wait_for(timeout=15_000)
+    page.wait_for_timeout(500)
+    assert page.locator("img[src='x']").count() == 0 and page.locator("#phobert-heatmap b").count() == 0
+    assert dialogs == []
