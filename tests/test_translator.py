@@ -185,3 +185,54 @@ def test_committed_translator_translates():
     assert model.num_parameters() <= 10_000_000
     german = model.translate(["A man is riding a bicycle."], beam_size=5)[0]
     assert "Mann" in german and german != "A man is riding a bicycle."
+
+
+def test_head_mask_switches_heads_off_per_call(tiny_model):
+    model = tiny_model[0]
+    src = model.batch_source(["A man runs in the park."])
+    ones = {k: torch.ones(2, 4) for k in ("encoder", "decoder_self", "cross")}
+    assert model.beam_search(src, 3, head_mask=ones) == model.beam_search(src, 3)
+    memory, mask = model.encode(src)[:2]
+    tgt = torch.tensor([[model.bos_id, 5, 6]])
+    full = model.decode(tgt, model.start_state(memory, mask))[0]
+    off = {"cross": torch.zeros(2, 4)}  # the decoder can no longer read the source at all
+    blind = model.decode(tgt, model.start_state(memory, mask, off))[0]
+    assert not torch.allclose(full, blind)
+    other_src = model.batch_source(["The girl sleeps under a bridge."])
+    memory2, mask2 = model.encode(other_src)[:2]
+    blind2 = model.decode(tgt, model.start_state(memory2, mask2, off))[0]
+    assert torch.allclose(blind, blind2, atol=1e-5)  # without cross-attention the source doesn't matter
+    assert torch.equal(model.decode(tgt, model.start_state(memory, mask))[0], full)  # nothing was left behind
+
+
+def test_translator_tab_callbacks(tiny_model, monkeypatch):
+    import gradio as gr
+
+    import ui.common
+    from ui import translator as tab
+
+    monkeypatch.setitem(ui.common._models, "translator-en-de", tiny_model[0])
+    out = tab.translate("A dog sleeps in the park.", 3, "Ein Hund schläft im Park.", "decoder self-attention", "1",
+                        "2", [])
+    german, fig, slider, bar, top5, stats, ref_summary, ref_fig, ref_table, info = out
+    assert german == info["translation"] and "Hund" in german
+    assert list(fig.layout.xaxis.ticktext)[0] == "&lt;s&gt;"  # keys: what the decoder read, <s> first
+    assert list(fig.layout.yaxis.ticktext)[-1] == "&lt;/s&gt;"  # rows: what it produced, </s> last
+    assert slider.maximum == len(info["steps"]) and len(top5) == 5
+    cross_rows = [r for r in stats if r[0] == "cross-attention"]
+    assert len(stats) == 3 * 2 * 4 and all(r[4] is None and r[5] is None and r[6] is None for r in cross_rows)
+    assert "perplexity" in ref_summary and ref_table[-1][1] == "</s>"
+    redrawn = tab.reselect(info, "cross-attention", "2", "average", 2)
+    assert "Step 2/" in redrawn[1].layout.title.text
+    files = tab.export_view(info, "cross-attention", "1", "1")
+    assert len(files) == 8  # the selected map and the reference's, four formats each
+    ablated = tab.translate("A dog sleeps in the park.", 3, "", "cross-attention", "1", "average",
+                            ["cross L1H1", "cross L1H2", "cross L1H3", "cross L1H4",
+                             "cross L2H1", "cross L2H2", "cross L2H3", "cross L2H4"])
+    assert ablated[-1]["ablated"] and ablated[0] != german
+    with pytest.raises(gr.Error, match="Unknown head 'cross L9H9'"):
+        tab.translate("A dog.", 3, "", "cross-attention", "1", "average", ["cross L9H9"])
+    with pytest.raises(gr.Error, match="Beam size must be a whole number from 1 to 8"):
+        tab.translate("A dog.", 0)
+    with pytest.raises(gr.Error, match="The German reference is empty|reference"):
+        tab.translate("A dog.", 3, "\u200b")

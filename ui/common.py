@@ -6,6 +6,7 @@ import functools
 import html
 import logging
 import threading
+import unicodedata
 
 import gradio as gr
 
@@ -68,7 +69,7 @@ def check_text(text, what, max_chars):
     """Common text checks: a string, not blank, not absurdly long, valid Unicode."""
     if not isinstance(text, str):
         raise ValueError(f"The {what} must be text.")
-    if not text.strip():
+    if not any(unicodedata.category(c)[0] in "LNPS" for c in text):  # only spaces, controls, zero-widths
         raise ValueError(f"The {what} is empty. Type something first.")
     if len(text) > max_chars:
         raise ValueError(f"The {what} is {len(text):,} characters long; at most {max_chars:,} are accepted.")
