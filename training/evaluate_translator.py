@@ -9,6 +9,7 @@ split and for val (the split every choice was made on). Detokenized output again
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def main(argv=None):
         folder = Path(args.model_dir)
         metrics = read_json(folder / "metrics.json")
         metrics["evaluation"] = {
-            "command": "python -m training.evaluate_translator " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+            "command": "python -m training.evaluate_translator " + " ".join(sys.argv[1:] if argv is None else argv),
             "beam_size": args.beam_size, "length_penalty": args.length_penalty,
             "sacrebleu_version": sacrebleu.__version__, "signature": results[args.split]["signature"],
             "splits": {k: {kk: vv for kk, vv in v.items() if kk != "signature"} for k, v in results.items()},

@@ -14,6 +14,7 @@ given machine and precision.
 from __future__ import annotations
 
 import argparse
+import sys
 import math
 import random
 import time
@@ -204,7 +205,7 @@ def main(argv=None):
     model.to("cpu").save_pretrained(args.out)
     metrics = read_json(f"{args.out}/metrics.json")
     metrics["training"] = {
-        "command": "python -m training.train_translator " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "command": "python -m training.train_translator " + " ".join(sys.argv[1:] if argv is None else argv),
         "parameters": n_params, "train_pairs": len(pairs), "vocab_size": tok.get_vocab_size(),
         "epochs": args.epochs, "steps": step, "max_tokens": args.max_tokens, "lr": args.lr,
         "warmup": args.warmup, "dropout": args.dropout, "label_smoothing": args.label_smoothing,

@@ -197,7 +197,9 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         """Batched beam search with the key/value cache.
 
         Hypotheses are ranked by log-probability / length**length_penalty. Each sentence stops
-        once it has `beam_size` finished hypotheses, or at max_target_len(its source length). Returns a list of id lists (no <s>, no </s>).
+        once it has `beam_size` finished hypotheses, or at max_target_len(its source length).
+        use_cache=False recomputes the target prefix at every step (for tests and benchmarks).
+        Returns a list of id lists (no <s>, no </s>).
         """
         b, k = src.size(0), beam_size
         memory, src_mask = self.encode(src, head_mask=head_mask)[:2]
