@@ -100,14 +100,15 @@ translator = pytest.mark.skipif("translator-en-de" not in zoo.available(), reaso
 
 @translator
 def test_api_translate(client):
-    result = client.predict("A man is riding a bicycle.", 5, "", "1", "average", api_name="/translate")
+    result = client.predict("A man is riding a bicycle.", 5, "", "cross-attention", "1", "average", [],
+                            api_name="/translate")
     assert "Mann" in result[0]
 
 
 @translator
 def test_api_translate_refuses_empty(client):
     with pytest.raises(AppError, match="empty"):
-        client.predict("   ", 5, "", "1", "average", api_name="/translate")
+        client.predict("   ", 5, "", "cross-attention", "1", "average", [], api_name="/translate")
 
 
 def test_api_phobert(client):

@@ -19,7 +19,7 @@ import torch
 from training.cards import write_translator_card
 from training.common import read_json, write_json
 from training.multi30k import SPLITS, load_split
-from zoo.translator import TransformerTranslator
+from zoo.translator import LENGTH_PENALTY, TransformerTranslator
 
 
 def score(hyps, refs):
@@ -37,13 +37,22 @@ def main(argv=None):
     p.add_argument("--data-dir", default=None)
     p.add_argument("--model-dir", default="zoo/checkpoints/translator-en-de")
     p.add_argument("--beam-size", type=int, default=5)
-    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--length-penalty", type=float, default=LENGTH_PENALTY)
+    p.add_argument("--sweep", default="", help="comma-separated length penalties to compare on val first; "
+                   "the best one is then used (e.g. 0.3,0.6,1.0,1.5,2.0,3.0)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--no-write", action="store_true", help="print only; leave metrics.json and the card alone")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     model = TransformerTranslator.from_pretrained(args.model_dir)
+    sweep = {}
+    if args.sweep:
+        val_en, val_de = load_split("val", args.data_dir)
+        for lp in (float(x) for x in args.sweep.split(",")):
+            sweep[lp] = score(model.translate(val_en, beam_size=args.beam_size, length_penalty=lp), val_de)["bleu_lc"]
+            print(f"val, length penalty {lp}: lowercased BLEU {sweep[lp]:.2f}", flush=True)
+        args.length_penalty = max(sweep, key=sweep.get)
     results, examples = {}, []
     for split in dict.fromkeys(["val", args.split]):
         en, de = load_split(split, args.data_dir)
@@ -63,6 +72,7 @@ def main(argv=None):
         metrics["evaluation"] = {
             "command": "python -m training.evaluate_translator " + " ".join(sys.argv[1:] if argv is None else argv),
             "beam_size": args.beam_size, "length_penalty": args.length_penalty,
+            "length_penalty_sweep_val_bleu_lc": {str(k): v for k, v in sweep.items()},
             "sacrebleu_version": sacrebleu.__version__, "signature": results[args.split]["signature"],
             "splits": {k: {kk: vv for kk, vv in v.items() if kk != "signature"} for k, v in results.items()},
             "examples": examples,

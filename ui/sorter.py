@@ -7,7 +7,6 @@ import re
 import gradio as gr
 import numpy as np
 import torch
-from plotly.subplots import make_subplots
 import plotly.graph_objects as go
 
 from training.common import read_json
@@ -83,24 +82,33 @@ def marks_html(pred, target):
 
 
 def overview_figure(maps, tokens, title):
-    """Every layer (rows) x every head + the head average (columns), one small map each."""
+    """Every layer (rows) x every head + the head average (columns), one small map each.
+
+    Built as one figure description (axes placed by hand) rather than with make_subplots and
+    repeated updates: plotly validates every update, and this figure is redrawn on every request."""
     n_layer, n_head = maps.shape[:2]
-    cols = [f"head {h + 1}" for h in range(n_head)] + ["average"]
-    fig = make_subplots(rows=n_layer, cols=n_head + 1, horizontal_spacing=0.02, vertical_spacing=0.08,
-                        subplot_titles=[f"L{layer + 1} {c}" for layer in range(n_layer) for c in cols])
+    n_col, gap = n_head + 1, 0.02
+    width, height = (1 - gap * (n_col - 1)) / n_col, (1 - 0.1 * (n_layer - 1)) / n_layer
     labels = [plots.label(t) for t in tokens]
+    hover = np.array([[[q, k] for k in labels] for q in labels], dtype=object)
+    data, layout = [], {}
     for layer in range(n_layer):
-        for c in range(n_head + 1):
+        for c in range(n_col):
+            i = layer * n_col + c + 1
             w = maps[layer].mean(0) if c == n_head else maps[layer, c]
-            fig.add_trace(go.Heatmap(z=w, coloraxis="coloraxis", customdata=np.array(
-                [[[q, k] for k in labels] for q in labels], dtype=object),
-                hovertemplate="%{customdata[0]} → %{customdata[1]}: %{z:.3f}<extra></extra>"),
-                row=layer + 1, col=c + 1)
-    fig.update_layout(coloraxis=dict(colorscale=plots.COLORSCALE, cmin=0, cmax=1), height=170 * n_layer + 80,
-                      title=dict(text=title, x=0.5), font=plots.FONT, margin=dict(l=20, r=20, t=70, b=20))
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    return fig
+            data.append(go.Heatmap(z=w, coloraxis="coloraxis", customdata=hover, xaxis=f"x{i}", yaxis=f"y{i}",
+                                   hovertemplate="%{customdata[0]} → %{customdata[1]}: %{z:.3f}<extra></extra>"))
+            x0, y1 = c * (width + gap), 1 - layer * (height + 0.1)
+            layout[f"xaxis{i}"] = dict(domain=[x0, min(1.0, x0 + width)], anchor=f"y{i}", showticklabels=False)
+            layout[f"yaxis{i}"] = dict(domain=[max(0.0, y1 - height), y1], anchor=f"x{i}", showticklabels=False,
+                                       autorange="reversed")
+            name = "average" if c == n_head else f"head {c + 1}"
+            layout.setdefault("annotations", []).append(dict(
+                text=f"L{layer + 1} {name}", x=x0 + width / 2, y=y1, xref="paper", yref="paper",
+                xanchor="center", yanchor="bottom", showarrow=False))
+    layout.update(coloraxis=dict(colorscale=plots.COLORSCALE, cmin=0, cmax=1), height=170 * n_layer + 80,
+                  title=dict(text=title, x=0.5), font=plots.FONT, margin=dict(l=20, r=20, t=70, b=20))
+    return go.Figure(data=data, layout=layout)
 
 
 def pick_net(name, snapshot):

@@ -78,8 +78,7 @@ def step_view(info, step, layer, head):
     w, what = select_head_map(info["cross_attention"], layer, head)
     s = info["steps"][t]
     fig = plots.bar_chart(info["source_tokens"], w[t], f"Step {t + 1}/{n}: producing {s['token']} "
-                          f"— cross-attention row ({what})", "source token", "weight")
-    fig.update_yaxes(range=[0, 1.05])
+                          f"— cross-attention row ({what})", "source token", "weight", y_range=[0, 1.05])
     table = [[i + 1, tok, round(p, 4), "✓" if tok == s["token"] else ""] for i, (tok, p) in enumerate(s["candidates"])]
     return fig, table
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModel, PhobertTokenizer
 
 from .hub import resolve_file
 from .stats import entropy
@@ -99,6 +98,8 @@ class PhobertExplorer:
             missing = [n for n in ("config.json", *TOKENIZER_FILES) if not (folder / n).is_file()]
             if missing:
                 raise PhobertUnavailable(f"The PhoBERT folder {self.source} has no {', '.join(missing)}. {FIX}")
+        from transformers import AutoModel, PhobertTokenizer  # ~0.6 s to import: only when PhoBERT is used
+
         try:
             # eager: transformers 5's default SDPA kernel returns no attention weights.
             model = AutoModel.from_pretrained(self.source, attn_implementation="eager",
