@@ -9,11 +9,13 @@ the server must still answer correctly afterwards. Requests go through Gradio's 
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
 
 pytestmark = pytest.mark.app
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 PER_ENDPOINT = 200
 STRINGS = [
     "", " ", "\t\n\r", "x" * 1_000_000, "\x00\x01\x07\x1b[31m", "\u200b\u200c\u200d\ufeff", "🚲🐕‍🦺👩🏽‍🔬",
@@ -76,6 +78,10 @@ def call(http, name, args):
     return ("error" if event == "error" else event), message
 
 
+def kinds_count(outcomes, kind):
+    return sum(1 for _, k, _ in outcomes if k == kind)
+
+
 def test_every_endpoint_survives_hostile_input(client, app_url):
     rng = random.Random(0)
     jobs = [(name, args) for name, defaults in endpoints(client).items() for args in bad_calls(defaults, rng)]
@@ -95,6 +101,11 @@ def test_every_endpoint_survives_hostile_input(client, app_url):
         if kind != "error" or len(text) < 10 or text.strip() == "Error" or "failed unexpectedly" in text \
                 or "Traceback" in text:
             bad.append((name, repr(args)[:120], kind, text[:200]))
+    summary = {"endpoints": len(counts), "bad_inputs": len(jobs), "per_endpoint_min": min(counts.values()),
+               "results": kinds_count(outcomes, "result"), "errors_with_message": kinds_count(outcomes, "error"),
+               "rejected_by_schema": kinds_count(outcomes, "rejected"), "unclear": len(bad)}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "hostile.json").write_text(json.dumps(summary, indent=1))
     assert not bad, f"{len(bad)} unclear answers: {bad}"
     kinds = [k for _, k, _ in outcomes]
     assert kinds.count("error") > len(kinds) / 2  # most of these inputs must actually be refused

@@ -2,9 +2,10 @@
 
     python -m training.bench_app [--requests 30] [--write]
 
-Start-up is measured in a fresh process started the way a user would (`python app.py`), offline
-(HF_HUB_OFFLINE=1, an empty Hub cache, no PHOBERT_PATH): from launching the process to the first
-answered HTTP request, and, inside it, the time to import app.py (Gradio, PyTorch, the zoo models).
+Start-up is measured in fresh processes started the way a user would (`python app.py`), offline
+(HF_HUB_OFFLINE=1, an empty Hub cache, no PHOBERT_PATH): from launching the process to the page
+being served (median of --starts), and, inside it, the time to import app.py (Gradio, PyTorch, the
+zoo models).
 Latencies are medians over --requests sequential calls with gradio_client. Targets: start-up
 <= 5 s without PhoBERT, /sort <= 100 ms, /translate <= 500 ms. With --write the figures go into
 README.md's "Reliability and speed" table (between its markers).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,7 +54,7 @@ def start_app(port, env_extra=None, timeout=120):
             log.seek(0)
             raise RuntimeError(f"app.py exited with {proc.returncode}:\n{log.read()[-3000:]}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/gradio_api/info", timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code == 200:  # the page a user opens
                 return proc, time.perf_counter() - t0
         except httpx.HTTPError:
             pass
@@ -89,13 +91,21 @@ def write_readme(name, figures):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=30)
+    p.add_argument("--starts", type=int, default=3, help="fresh start-ups to time (median)")
     p.add_argument("--write", action="store_true")
     args = p.parse_args(argv)
     from gradio_client import Client
 
     imp = import_seconds()
+    startups = []
+    for _ in range(args.starts - 1):
+        proc, seconds = start_app(free_port())
+        startups.append(seconds)
+        proc.terminate()
+        proc.wait(timeout=30)
     port = free_port()
-    proc, startup = start_app(port)
+    proc, seconds = start_app(port)
+    startup = statistics.median(startups + [seconds])
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         sort = lambda: client.predict("7 2 9 2 5 0 8 3", "sorter-pe", "1", "average", 6, [], api_name="/sort")  # noqa: E731
@@ -113,7 +123,8 @@ def main(argv=None):
         proc.terminate()
         proc.wait(timeout=30)
     figures = {"`import app` (Gradio, PyTorch, zoo models)": f"{imp:.2f} s",
-               "start-up offline, process start to first answer (target ≤ 5 s)": f"{startup:.2f} s",
+               f"start-up offline, process start to page served, median of {args.starts} (target ≤ 5 s)":
+                   f"{startup:.2f} s",
                f"/sort median of {args.requests} (target ≤ 100 ms)": f"{sort_ms:.0f} ms",
                f"/translate median of {args.requests}, beam 5 (target ≤ 500 ms)": f"{translate_ms:.0f} ms",
                "/phobert offline without weights": phobert}

@@ -2,8 +2,8 @@
 
     python -m training.bench_load [--clients 32] [--requests 25] [--write]
 
-Starts `python app.py` offline on a loopback port (nothing leaves the machine), warms it up, then
-lets every client fire its requests back to back. Reports failures, p50/p95 latency, throughput
+Starts `python app.py` offline on a loopback port (nothing leaves the machine), warms it up with
+the same concurrency (3 requests per client), then lets every client fire its requests back to back. Reports failures, p50/p95 latency, throughput
 and the server's resident memory (RSS) after warm-up and after the load (target: zero failures,
 growth <= 20%). Every answer is checked against the answer the same input gets alone. Bounded:
 at most --clients x --requests requests and --timeout seconds. With --write the figures go into
@@ -74,11 +74,6 @@ def main(argv=None):
                 key = (name, repr(a))
                 if key not in expected:
                     expected[key] = alone_client.predict(*a, api_name=name)[0]
-        for _ in range(2):  # warm-up: every endpoint, then memory is measured
-            for name, a in plans[0][:3]:
-                alone_client.predict(*a, api_name=name)
-        rss_before = rss_mb(proc.pid)
-
         latencies, failures, lock = [], [], threading.Lock()
 
         def user(plan):
@@ -96,6 +91,12 @@ def main(argv=None):
                     if problem:
                         failures.append(problem)
 
+        # Warm-up: the same concurrency for a few requests per client, so that every server thread
+        # has run every endpoint once; memory is measured from there.
+        with ThreadPoolExecutor(args.clients) as pool:
+            wait([pool.submit(user, plan[:3]) for plan in plans], timeout=args.timeout)
+        latencies.clear()
+        rss_before = rss_mb(proc.pid)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(args.clients) as pool:
             done, pending = wait([pool.submit(user, plan) for plan in plans], timeout=args.timeout)
