@@ -72,7 +72,7 @@ class DecoderState:
 
     cross_kv: list
     self_kv: list
-    cross_mask: torch.Tensor
+    cross_mask: torch.Tensor | None
     length: int = 0
     head_mask: dict | None = None
 
@@ -134,6 +134,8 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
 
     def start_state(self, memory, src_mask, head_mask=None):
         cross_kv = [block.cross_attn.project_kv(memory) for block in self.decoder]
+        if src_mask.all():  # no padding in the batch: masking would change nothing
+            src_mask = None
         return DecoderState(cross_kv, [None] * len(self.decoder), src_mask, head_mask=head_mask)
 
     def decode(self, tgt, state, return_attention=False):
@@ -143,8 +145,9 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         ((B, H, T_new, T_total) and (B, H, T_new, S)). Updates `state` in place.
         """
         t_new, past = tgt.size(1), state.length
-        # New queries see every cached key and the new keys up to themselves.
-        self_mask = causal_mask(past + t_new, tgt.device)[past:]  # (T_new, T_total)
+        # New queries see every cached key and the new keys up to themselves; a single new token
+        # (incremental decoding) may see them all, so it needs no mask.
+        self_mask = causal_mask(past + t_new, tgt.device)[past:] if t_new > 1 else None  # (T_new, T_total)
         x = self.embed_tokens(tgt, offset=past)
         self_maps, cross_maps = [], []
         for i, block in enumerate(self.decoder):
