@@ -14,9 +14,9 @@ given machine and precision.
 from __future__ import annotations
 
 import argparse
-import sys
 import math
 import random
+import sys
 import time
 
 import sacrebleu

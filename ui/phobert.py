@@ -47,14 +47,15 @@ def head_view(result, layer, head, view):
 def token_index(result, token, strict=True):
     """The query token for the top-3 table: an index into the tokens; None = the last real token.
     strict=False (a new text was analysed): a token the new text doesn't have falls back to None."""
+    last_word = len(result.tokens) - 2
     if token is None or token == "":
-        return len(result.tokens) - 2
-    if not strict:
-        try:
-            return whole_number(token, "Token", 0, len(result.tokens) - 1)
-        except ValueError:
-            return len(result.tokens) - 2
-    return whole_number(token, "Token", 0, len(result.tokens) - 1)
+        return last_word
+    try:
+        return whole_number(token, "Token", 0, len(result.tokens) - 1)
+    except ValueError:
+        if strict:
+            raise
+        return last_word
 
 
 def detail(result, layer, head, token, view, strict=True):

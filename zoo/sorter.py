@@ -53,7 +53,6 @@ class DigitSorter(ZooModel, license="mit", tags=["toy", "sorting"]):
         return (logits, tuple(maps)) if return_attention else logits
 
 
-
 def sorting_ceiling_without_positions(seq_len=SEQ_LEN, n_digits=N_DIGITS):
     """Best per-position accuracy any permutation-equivariant model can reach: E[max count]/T.
 
