@@ -7,8 +7,9 @@ Recipe: joint byte-level BPE (8k) learnt on the training split; 3+3-layer pre-LN
 (d_model 256, 4 heads, d_ff 1024, shared embeddings); batches of about --max-tokens padded
 tokens; Adam (0.9, 0.98), linear warmup then cosine decay; label smoothing 0.1. After every epoch:
 validation loss and greedy BLEU. At the end the last --average epoch checkpoints are averaged and
-kept if that beats the best single epoch on validation BLEU. Deterministic for a given seed on a
-given machine and precision.
+kept if that beats the best single epoch on validation BLEU. The weights after each of
+--snapshot-epochs are also saved, in int8 (zoo.hub.save_int8), under snapshots/ for the app's
+training-epoch slider. Deterministic for a given seed on a given machine and precision.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import sacrebleu
 import torch
@@ -28,6 +31,7 @@ from training.cards import write_translator_card
 from training.common import pick_device, pick_dtype, read_json, seed_everything, write_json
 from training.multi30k import load_split
 from training.subwords import SPECIALS, train_tokenizer
+from zoo.hub import load_int8, save_int8
 from zoo.translator import TransformerTranslator
 
 
@@ -102,6 +106,25 @@ def average_state(states):
     return {k: sum(s[k].float() for s in states) / len(states) for k in states[0]}
 
 
+def save_snapshots(model, snapshots, out, val_en, val_de):
+    """Write {epoch: (history row, state)} as int8 files under out/snapshots/ (replacing any old
+    ones) and score each file as stored: greedy val BLEU of the de-quantized weights."""
+    folder = out / "snapshots"
+    shutil.rmtree(folder, ignore_errors=True)
+    rows = []
+    for epoch, (row, state) in sorted(snapshots.items()):
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"epoch-{epoch:02d}.safetensors"
+        save_int8(state, path)
+        model.load_state_dict(load_int8(path), strict=True)
+        rows.append({"epoch": epoch, "step": row["step"], "file": path.relative_to(out).as_posix(),
+                     "val_loss": row["val_loss"], "val_bleu_greedy": row["val_bleu_greedy"],
+                     "val_bleu_greedy_int8": round(bleu(model, val_en, val_de)[0], 2)})
+        print(f"snapshot epoch {epoch}: {path} ({path.stat().st_size / 1e6:.1f} MB), val BLEU greedy "
+              f"{row['val_bleu_greedy']} (float32) / {rows[-1]['val_bleu_greedy_int8']} (int8 as stored)", flush=True)
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=None, help="folder with Multi30k <split>.{en,de}.gz (downloaded if absent)")
@@ -121,6 +144,8 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=600)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--average", type=int, default=5, help="average the last N epochs")
+    p.add_argument("--snapshot-epochs", default="1,3,10",
+                   help="comma-separated epochs whose weights are kept (int8) for the app's slider; '' for none")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
     p.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (smoke runs)")
@@ -156,7 +181,8 @@ def main(argv=None):
     total_steps = steps_per_epoch * args.epochs
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
     val_batches = make_batches(val_pairs, args.max_tokens, random.Random(0))
-    history, kept, best, step = [], [], None, 0
+    snapshot_epochs = {int(e) for e in args.snapshot_epochs.split(",") if e.strip()}
+    history, kept, best, step, snapshots = [], [], None, 0, {}
     for epoch in range(1, args.epochs + 1):
         model.train()
         t0, tokens, loss_sum, loss_n = time.time(), 0, 0.0, 0
@@ -192,6 +218,8 @@ def main(argv=None):
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
         if best is None or v_bleu > best[0]:
             best = (v_bleu, epoch, state)
+        if epoch in snapshot_epochs:
+            snapshots[epoch] = (row, state)
 
     # Checkpoint averaging: the mean of the last epochs' weights usually beats any one of them.
     model.load_state_dict(average_state(kept))
@@ -203,7 +231,9 @@ def main(argv=None):
         model.load_state_dict(best[2])
         chosen = f"epoch {best[1]}"
     model.to("cpu").save_pretrained(args.out)
+    snapshot_rows = save_snapshots(model, snapshots, Path(args.out), val_en, val_de)
     metrics = read_json(f"{args.out}/metrics.json")
+    metrics["snapshots"] = snapshot_rows
     metrics["training"] = {
         "command": "python -m training.train_translator " + " ".join(sys.argv[1:] if argv is None else argv),
         "parameters": n_params, "train_pairs": len(pairs), "vocab_size": tok.get_vocab_size(),

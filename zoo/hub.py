@@ -13,8 +13,9 @@ import json
 import os
 from pathlib import Path
 
+import torch
 from huggingface_hub import PyTorchModelHubMixin, constants, hf_hub_download
-from safetensors.torch import load_model
+from safetensors.torch import load_file, load_model, save_file
 from torch import nn
 
 
@@ -46,6 +47,34 @@ class ZooModel(nn.Module, PyTorchModelHubMixin, library_name="attention-lab"):
 
     def num_parameters(self):
         return sum(p.numel() for p in self.parameters())
+
+
+# ----- compact snapshots -----------------------------------------------------------------------
+# Training snapshots only replay how attention emerged, so they are stored at a quarter of the
+# size: each matrix as int8 with one float32 scale per row (symmetric, absmax / 127), each vector
+# as float16. A row's worst rounding error is half a step, scale / 2.
+SCALE_SUFFIX = ".int8_scale"
+
+
+def save_int8(state, path):
+    """Write a state dict as int8 matrices + per-row scales (+ float16 vectors) to safetensors."""
+    out = {}
+    for name, value in state.items():
+        value = value.detach().float().cpu()
+        if value.dim() == 2:
+            scale = value.abs().amax(dim=1).clamp(min=1e-12) / 127  # (rows,)
+            out[name] = torch.round(value / scale[:, None]).to(torch.int8).contiguous()
+            out[name + SCALE_SUFFIX] = scale.contiguous()
+        else:
+            out[name] = value.half().contiguous()
+    save_file(out, str(path))
+
+
+def load_int8(path):
+    """The float32 state dict saved by save_int8."""
+    stored = load_file(str(path))
+    return {name: value.float() * stored[name + SCALE_SUFFIX][:, None] if name + SCALE_SUFFIX in stored
+            else value.float() for name, value in stored.items() if not name.endswith(SCALE_SUFFIX)}
 
 
 MANIFEST = "manifest.json"
