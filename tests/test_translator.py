@@ -1,16 +1,19 @@
 """The translator: data reading, tokenizer, training on a tiny synthetic corpus, decoding invariants."""
 
 import gzip
+import json
 import random
 
 import numpy as np
 import pytest
+import sacrebleu
 import torch
 
 import zoo
 from training import train_translator
 from training.multi30k import load_split
 from training.subwords import train_tokenizer
+from zoo.hub import load_int8, save_int8
 from zoo.translator import TransformerTranslator
 
 SUBJECTS = [("A man", "Ein Mann"), ("A woman", "Eine Frau"), ("A dog", "Ein Hund"), ("A child", "Ein Kind"),
@@ -83,12 +86,44 @@ def test_tokenizer_is_lossless(text):
 def test_training_learns_the_synthetic_language(tiny_model):
     model, out = tiny_model
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "manifest.json", "metrics.json",
-                                                       "model.safetensors", "tokenizer.json"]
+                                                       "model.safetensors", "snapshots", "tokenizer.json"]
     zoo.verify_manifest(out)  # the folder is complete and loadable by zoo.load as it stands
-    history = __import__("json").loads((out / "metrics.json").read_text())["training"]["history"]
+    history = json.loads((out / "metrics.json").read_text())["training"]["history"]
     assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
     hyp = model.translate(["A dog sleeps in the park."], beam_size=3)[0]
     assert "Hund" in hyp
+
+
+def test_training_keeps_int8_snapshots_scored_as_stored(tiny_model):
+    model, out = tiny_model
+    metrics = json.loads((out / "metrics.json").read_text())
+    snaps = metrics["snapshots"]
+    assert [s["epoch"] for s in snaps] == [1, 3]  # the default epochs 1, 3, 10 within a 6-epoch run
+    assert [s["step"] for s in snaps] == [metrics["training"]["history"][e - 1]["step"] for e in (1, 3)]
+    full = (out / "model.safetensors").stat().st_size
+    for snap in snaps:
+        path = out / snap["file"]
+        assert 0.2 * full < path.stat().st_size < 0.3 * full  # int8: about a quarter of float32
+        net = TransformerTranslator(**json.loads((out / "config.json").read_text()))
+        net.load_state_dict(load_int8(path), strict=True)
+        net.eval().load_extras(str(out))
+        # the stored score is the stored weights' own: greedy val BLEU, recomputed here
+        val_en, val_de = zip(*synthetic_corpus(40, 1))  # the fixture's val split
+        hyps = net.translate(list(val_en), beam_size=1)
+        assert sacrebleu.corpus_bleu(hyps, [list(val_de)]).score == pytest.approx(snap["val_bleu_greedy_int8"], abs=0.01)
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (300, 64)])
+def test_int8_round_trip_error_is_half_a_step(tmp_path, shape):
+    torch.manual_seed(0)
+    state = {"w": torch.randn(shape) * torch.rand(shape[0], 1) * 3, "b": torch.randn(shape[1]), "zero": torch.zeros(shape)}
+    save_int8(state, tmp_path / "s.safetensors")
+    back = load_int8(tmp_path / "s.safetensors")
+    step = state["w"].abs().amax(1, keepdim=True) / 127
+    assert ((back["w"] - state["w"]).abs() <= step / 2 + 1e-7).all()
+    assert torch.allclose(back["b"], state["b"], rtol=1e-3, atol=1e-3)  # float16
+    assert torch.equal(back["zero"], state["zero"])
+    assert set(back) == set(state)
 
 
 def test_training_is_deterministic(tmp_path):
@@ -214,7 +249,8 @@ def test_translator_tab_callbacks(tiny_model, monkeypatch):
     monkeypatch.setitem(ui.common._models, "translator-en-de", tiny_model[0])
     out = tab.translate("A dog sleeps in the park.", 3, "Ein Hund schläft im Park.", "decoder self-attention", "1",
                         "2", [])
-    german, fig, slider, bar, top5, stats, ref_summary, ref_fig, ref_table, info = out
+    german, fig, slider, bar, top5, stats, ref_summary, ref_fig, ref_table, info, note = out
+    assert note.startswith("Final model")
     assert german == info["translation"] and "Hund" in german
     assert list(fig.layout.xaxis.ticktext)[0] == "&lt;s&gt;"  # keys: what the decoder read, <s> first
     assert list(fig.layout.yaxis.ticktext)[-1] == "&lt;/s&gt;"  # rows: what it produced, </s> last
@@ -229,10 +265,39 @@ def test_translator_tab_callbacks(tiny_model, monkeypatch):
     ablated = tab.translate("A dog sleeps in the park.", 3, "", "cross-attention", "1", "average",
                             ["cross L1H1", "cross L1H2", "cross L1H3", "cross L1H4",
                              "cross L2H1", "cross L2H2", "cross L2H3", "cross L2H4"])
-    assert ablated[-1]["ablated"] and ablated[0] != german
+    assert ablated[-2]["ablated"] and ablated[0] != german
     with pytest.raises(gr.Error, match="Unknown head 'cross L9H9'"):
         tab.translate("A dog.", 3, "", "cross-attention", "1", "average", ["cross L9H9"])
     with pytest.raises(gr.Error, match="Beam size must be a whole number from 1 to 8"):
         tab.translate("A dog.", 0)
+    with pytest.raises(gr.Error, match=f"Training snapshot must be a whole number from 0 to {tab.FINAL_SNAPSHOT}"):
+        tab.translate("A dog.", 3, "", "cross-attention", "1", "average", [], tab.FINAL_SNAPSHOT + 1)
     with pytest.raises(gr.Error, match="The German reference is empty|reference"):
         tab.translate("A dog.", 3, "\u200b")
+
+
+def test_translator_snapshot_slider_replays_training(tiny_model, tmp_path, monkeypatch):
+    """zoo.snapshots reads the int8 snapshots back, and the tab's slider translates with them."""
+    import shutil
+
+    import ui.common
+    from ui import translator as tab
+
+    model, out = tiny_model
+    shutil.copytree(out, tmp_path / "translator-en-de")
+    monkeypatch.setattr(zoo, "CHECKPOINTS", tmp_path)
+    snaps = zoo.snapshots("translator-en-de")
+    assert [s["epoch"] for s in snaps] == [1, 3] and snaps[0]["model"].tokenizer is not None
+    metrics = json.loads((out / "metrics.json").read_text())
+    monkeypatch.setattr(tab, "METRICS", metrics)
+    monkeypatch.setattr(tab, "FINAL_SNAPSHOT", 2)
+    monkeypatch.setitem(ui.common._models, "translator-en-de", model)
+    monkeypatch.setitem(ui.common._snapshots, "translator-en-de", snaps)
+    text = "A dog sleeps in the park."
+    first = tab.translate(text, 3, "", "cross-attention", "1", "average", [], 0)
+    final = tab.translate(text, 3, "", "cross-attention", "1", "average", [], 2)
+    assert first[-1].startswith("Snapshot after epoch 1 of 6") and final[-1].startswith("Final model")
+    assert first[0] == snaps[0]["model"].translate([text], beam_size=3)[0]
+    assert final[0] == model.translate([text], beam_size=3)[0] and first[0] != final[0]
+    a, b = first[-2]["cross_attention"], final[-2]["cross_attention"]
+    assert a.shape != b.shape or not np.allclose(a, b)

@@ -6,8 +6,8 @@ import gradio as gr
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import (check_text, choose, head_mask, head_names, model, quote, select_head_map, user_errors,
-                       whole_number)
+from ui.common import (check_text, choose, head_mask, head_names, model, quote, select_head_map, snapshots,
+                       user_errors, whole_number)
 from ui.export import export_files
 from zoo import CHECKPOINTS
 from zoo.stats import head_table
@@ -29,6 +29,10 @@ DEFAULT = EXAMPLES[0]
 CONFIG = read_json(CHECKPOINTS / NAME / "config.json")  # empty until the translator is trained
 N_ENC, N_DEC, N_HEAD = CONFIG.get("n_enc_layer", 3), CONFIG.get("n_dec_layer", 3), CONFIG.get("n_head", 4)
 ABLATION_CHOICES = head_names(N_ENC, N_HEAD, "enc ") + head_names(N_DEC, N_HEAD, "dec ") + head_names(N_DEC, N_HEAD, "cross ")
+METRICS = read_json(CHECKPOINTS / NAME / "metrics.json")
+# Slider positions: the int8 snapshots saved along training (oldest first), then the final model.
+SNAPSHOT_EPOCHS = [s["epoch"] for s in METRICS.get("snapshots", [])]
+FINAL_SNAPSHOT = len(SNAPSHOT_EPOCHS)
 
 
 COMPONENTS = {"cross-attention": ("cross_attention", "target_tokens", "source_tokens",
@@ -108,18 +112,34 @@ def reference_view(ref):
     return summary, fig, table
 
 
+def pick_net(snapshot):
+    """The translator at slider position `snapshot` (0.. saved snapshots, last = the final model)
+    and a line saying which weights these are and how well they translate."""
+    index = whole_number(snapshot, "Training snapshot", 0, FINAL_SNAPSHOT)
+    training = METRICS.get("training", {})
+    epochs, steps = training.get("epochs"), training.get("steps")
+    if index == FINAL_SNAPSHOT:
+        test = METRICS.get("evaluation", {}).get("splits", {}).get("test_2016_flickr", {})
+        score = f"; test_2016_flickr BLEU {test['bleu']:.1f} (beam 5)" if test else ""
+        return model(NAME), f"Final model ({training.get('kept', 'trained')}, {epochs} epochs){score}."
+    snap = snapshots(NAME)[index]
+    return snap["model"], (f"Snapshot after epoch {snap['epoch']} of {epochs} (step {snap['step']} of {steps}), "
+                           f"stored in int8: greedy val BLEU {snap['val_bleu_greedy_int8']:.1f}, val loss "
+                           f"{snap['val_loss']:.2f}.")
+
+
 @user_errors
 def translate(text, beam_size=5, reference="", component="cross-attention", layer="1", head="average",
-              ablate=None):
+              ablate=None, snapshot=FINAL_SNAPSHOT):
     """/translate: the German translation (plain text) first; then the selected attention map, the
     timeline slider, its first step's view, the per-head statistics, the optional reference's
-    scores, and the state that later selections redraw from."""
+    scores, the state that later selections redraw from, and which weights were used."""
     text = check_text(text, "English sentence", MAX_CHARS)
     beam = whole_number(beam_size, "Beam size", 1, 8)
-    net = model(NAME)
+    net, snap_note = pick_net(snapshot)
     mask = translator_head_mask(net, ablate)
     info = net.explain(text, beam_size=beam, head_mask=mask)
-    info["ablated"] = list(ablate or [])
+    info["ablated"], info["snapshot"] = list(ablate or []), snap_note
     bar, table = step_view(info, 1, layer, head)
     ref_summary, ref_fig, ref_table = "", None, []
     if isinstance(reference, str) and reference.strip():
@@ -128,7 +148,7 @@ def translate(text, beam_size=5, reference="", component="cross-attention", laye
         info["reference"] = ref
     n = len(info["steps"])
     return (info["translation"], main_figure(info, component, layer, head), gr.Slider(1, n, value=1, step=1),
-            bar, table, stats_rows(info), ref_summary, ref_fig, ref_table, info)
+            bar, table, stats_rows(info), ref_summary, ref_fig, ref_table, info, snap_note)
 
 
 @user_errors
@@ -146,7 +166,7 @@ def export_view(info, component, layer, head):
         raise ValueError("Translate a sentence first.")
     w, q, k, title, *_ = component_view(info, component, layer, head)
     meta = {"model": NAME, "input": info["source_tokens"], "translation": info["translation"],
-            "heads_switched_off": info.get("ablated", [])}
+            "heads_switched_off": info.get("ablated", []), "snapshot": info.get("snapshot", "")}
     files = export_files(w, q, k, f"translator-{title}", title=title, view=title, **meta)
     if "reference" in info:
         ref = info["reference"]
@@ -179,10 +199,15 @@ def build(demo):
                                        max_length=MAX_CHARS, elem_id="translator-reference")
                 ablate = gr.Dropdown(ABLATION_CHOICES, multiselect=True, label="Switch heads off (ablation)",
                                      elem_id="translator-ablate")
+                snapshot = gr.Slider(0, FINAL_SNAPSHOT, value=FINAL_SNAPSHOT, step=1, elem_id="translator-snapshot",
+                                     label="Training snapshot: " + ", ".join(
+                                         f"{i} = after epoch {e}" for i, e in enumerate(SNAPSHOT_EPOCHS))
+                                     + f"{', ' if SNAPSHOT_EPOCHS else ''}{FINAL_SNAPSHOT} = final model")
                 btn = gr.Button("Translate", variant="primary", elem_id="translator-run")
                 gr.Examples(EXAMPLES, inputs=[text, beam, reference])
             with gr.Column(scale=3):
                 german = gr.Textbox(label="German translation", interactive=False, elem_id="translator-output")
+                note = gr.Textbox(label="Model state", interactive=False, elem_id="translator-note")
                 component = gr.Radio(list(COMPONENTS), value="cross-attention", label="Attention",
                                      elem_id="translator-component")
                 with gr.Row():
@@ -209,11 +234,12 @@ def build(demo):
         with gr.Row():
             export_btn = gr.Button("Export the selected map (JSON, CSV, SVG, PNG)", elem_id="translator-export")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="translator-files")
-        inputs = [text, beam, reference, component, layer, head, ablate]
-        outputs = [german, cross, step, step_bar, step_table, stats, ref_summary, ref_plot, ref_table, info]
+        inputs = [text, beam, reference, component, layer, head, ablate, snapshot]
+        outputs = [german, cross, step, step_bar, step_table, stats, ref_summary, ref_plot, ref_table, info, note]
         btn.click(translate, inputs, outputs, api_name="translate")
         text.submit(translate, inputs, outputs, api_visibility="private")
-        ablate.input(translate, inputs, outputs, api_visibility="private", trigger_mode="always_last")
+        gr.on([ablate.input, snapshot.release], translate, inputs, outputs, api_visibility="private",
+              trigger_mode="always_last")
         # .input, not .change: only a user's own change redraws (a shared link sets values by code)
         redraw = dict(fn=reselect, inputs=[info, component, layer, head, step], outputs=[cross, step_bar, step_table],
                       api_visibility="private", trigger_mode="always_last")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .hub import verify_manifest
+from .hub import load_int8, verify_manifest
 from .sorter import DigitSorter
 from .translator import TransformerTranslator
 
@@ -45,11 +45,10 @@ def load(name):
 
 
 def snapshots(name):
-    """The training snapshots saved beside a sorter: [{step, per_position_accuracy,
-    sequence_accuracy, model}], oldest first, each model verified and loaded strictly."""
+    """The training snapshots saved beside a model: [{step, ...its metrics..., model}], oldest
+    first, each verified against the folder's manifest and loaded strictly. The sorters keep theirs
+    in float32, the translator in int8 (zoo.hub.save_int8); load_int8 reads both."""
     import json
-
-    from safetensors.torch import load_model
 
     folder = checkpoint_dir(name)
     verify_manifest(folder)
@@ -57,6 +56,7 @@ def snapshots(name):
     out = []
     for snap in json.loads((folder / "metrics.json").read_text()).get("snapshots", []):
         net = MODELS[name][0](**config)
-        load_model(net, str(folder / snap["file"]), strict=True)
+        net.load_state_dict(load_int8(folder / snap["file"]), strict=True)
+        net.load_extras(str(folder))  # the tokenizer, for models that have one
         out.append({**{k: v for k, v in snap.items() if k != "file"}, "model": net.eval()})
     return out

@@ -71,7 +71,7 @@ def save_int8(state, path):
 
 
 def load_int8(path):
-    """The float32 state dict saved by save_int8."""
+    """The float32 state dict saved by save_int8 (a plain float safetensors file reads as itself)."""
     stored = load_file(str(path))
     return {name: value.float() * stored[name + SCALE_SUFFIX][:, None] if name + SCALE_SUFFIX in stored
             else value.float() for name, value in stored.items() if not name.endswith(SCALE_SUFFIX)}
