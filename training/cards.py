@@ -127,8 +127,7 @@ def write_translator_card(folder):
         size = sum((folder / s["file"]).stat().st_size for s in snaps if (folder / s["file"]).exists()) / 1e6
         lines += [f"Snapshots along training (`snapshots/`, {size:.1f} MB in all, for the app's training-snapshot "
                   "slider) keep each weight matrix in int8 with one float32 scale per row, each vector in "
-                  "float16 (`zoo.hub.save_int8`); their greedy val BLEU is measured on the weights as stored:
-",
+                  "float16 (`zoo.hub.save_int8`); their greedy val BLEU is measured on the weights as stored:\n",
                   "| after epoch | step | val loss | val BLEU greedy (float32) | val BLEU greedy (int8, as stored) |",
                   "| --- | --- | --- | --- | --- |"]
         lines += [f"| {s['epoch']} | {s['step']} | {s['val_loss']} | {s['val_bleu_greedy']} | "
