@@ -188,6 +188,23 @@ def test_link_round_trip():
     assert all(isinstance(v, type(gr.skip())) for v in out[7:])  # other tabs keep their defaults
 
 
+def test_every_tab_input_has_a_link_parameter(app_url):
+    import app  # after app_url: that fixture sets the app's environment before the first import
+
+    for name, part in app.tab_parts.items():
+        assert len(links.PARAMS[name]) == len(part["inputs"]), name  # restore() would silently drop the rest
+
+
+def test_translator_link_round_trip():
+    values = ["A dog runs.", 3, "Ein Hund rennt.", "cross-attention", "2", "average", ["cross L1H2"], 1]
+    query = links.link_query("translator", *values)
+    assert "&snapshot=1" in query and "&off=cross+L1H2" in query
+    params = dict(p.split("=", 1) for p in query[1:].split("&"))
+    request = SimpleNamespace(query_params={k: v.replace("+", " ").replace("%2C", ",") for k, v in params.items()})
+    out = links.restore([("sorter", 6), ("translator", 8)], request)
+    assert out[0].selected == "translator" and out[7:] == values
+
+
 def test_link_without_parameters_changes_nothing():
     out = links.restore([("sorter", 6)], SimpleNamespace(query_params={}))
     assert all(isinstance(v, type(gr.skip())) for v in out)

@@ -290,14 +290,30 @@ def test_translator_snapshot_slider_replays_training(tiny_model, tmp_path, monke
     assert [s["epoch"] for s in snaps] == [1, 3] and snaps[0]["model"].tokenizer is not None
     metrics = json.loads((out / "metrics.json").read_text())
     monkeypatch.setattr(tab, "METRICS", metrics)
-    monkeypatch.setattr(tab, "FINAL_SNAPSHOT", 2)
+    monkeypatch.setattr(tab, "FINAL_SNAPSHOT", len(snaps))
     monkeypatch.setitem(ui.common._models, "translator-en-de", model)
     monkeypatch.setitem(ui.common._snapshots, "translator-en-de", snaps)
     text = "A dog sleeps in the park."
     first = tab.translate(text, 3, "", "cross-attention", "1", "average", [], 0)
-    final = tab.translate(text, 3, "", "cross-attention", "1", "average", [], 2)
-    assert first[-1].startswith("Snapshot after epoch 1 of 6") and final[-1].startswith("Final model")
+    final = tab.translate(text, 3, "", "cross-attention", "1", "average", [], len(snaps))
+    assert first[-1].startswith("Snapshot after epoch 1 of 6 (step 29 of") and "val BLEU" in first[-1]
+    assert final[-1].startswith(f"Final model: {metrics['training']['kept']}, of 6 epochs")
+    assert tab.translate(text, 3)[0] == final[0]  # no snapshot given: the final model
     assert first[0] == snaps[0]["model"].translate([text], beam_size=3)[0]
     assert final[0] == model.translate([text], beam_size=3)[0] and first[0] != final[0]
     a, b = first[-2]["cross_attention"], final[-2]["cross_attention"]
     assert a.shape != b.shape or not np.allclose(a, b)
+
+
+def test_translator_without_snapshots_offers_only_the_final_model(tiny_model, monkeypatch):
+    import gradio as gr
+
+    import ui.common
+    from ui import translator as tab
+
+    monkeypatch.setattr(tab, "METRICS", {})
+    monkeypatch.setattr(tab, "FINAL_SNAPSHOT", 0)
+    monkeypatch.setitem(ui.common._models, "translator-en-de", tiny_model[0])
+    assert tab.translate("A dog sleeps.", 3, "", "cross-attention", "1", "average", [], 0)[-1].startswith("Final model")
+    with pytest.raises(gr.Error, match="Training snapshot must be a whole number from 0 to 0; got 1"):
+        tab.translate("A dog sleeps.", 3, "", "cross-attention", "1", "average", [], 1)

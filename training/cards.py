@@ -110,10 +110,10 @@ def write_translator_card(folder):
              f"decay; dropout {tr.get('dropout')}, label smoothing {tr.get('label_smoothing')}; seed "
              f"{tr.get('seed')}; {tr.get('dtype')} autocast on {tr.get('device')} with {tr.get('threads')} threads. "
              f"Kept: {tr.get('kept')} ("
-             + ("it beat every single epoch on greedy val BLEU" if str(tr.get("kept", "")).startswith("average")
+             + ("it matched or beat every single epoch on greedy val BLEU" if str(tr.get("kept", "")).startswith("average")
                 else "best greedy BLEU on val; the average of the last epochs scored lower") + "). "
              f"**Wall time {tr.get('wall_seconds', 0) / 60:.0f} min** on the project's 2-core CPU machine "
-             f"(tokenizer, training, per-epoch validation included). {tr.get('wall_note', '')}\n"]
+             f"(tokenizer, training, per-epoch validation and snapshot scoring included). {tr.get('wall_note', '')}\n"]
     hist = tr.get("history", [])
     if tr.get("unloaded_epochs") and hist:
         first, last = tr["unloaded_epochs"]

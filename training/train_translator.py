@@ -15,6 +15,7 @@ training-epoch slider. Deterministic for a given seed on a given machine and pre
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import random
 import shutil
@@ -106,20 +107,32 @@ def average_state(states):
     return {k: sum(s[k].float() for s in states) / len(states) for k in states[0]}
 
 
+def epoch_list(text):
+    """'1,3' -> {1, 3}: the epochs to keep snapshots of."""
+    try:
+        epochs = {int(e) for e in text.split(",") if e.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated epoch numbers, got {text!r}") from None
+    if any(e < 1 for e in epochs):
+        raise argparse.ArgumentTypeError(f"epochs count from 1, got {text!r}")
+    return epochs
+
+
 def save_snapshots(model, snapshots, out, val_en, val_de):
     """Write {epoch: (history row, state)} as int8 files under out/snapshots/ (replacing any old
-    ones) and score each file as stored: greedy val BLEU of the de-quantized weights."""
+    ones) and score each file as stored: greedy val BLEU of the de-quantized weights, loaded into a
+    copy of `model` (whose own weights stay as they are)."""
     folder = out / "snapshots"
     shutil.rmtree(folder, ignore_errors=True)
-    rows = []
+    rows, scratch = [], copy.deepcopy(model)
     for epoch, (row, state) in sorted(snapshots.items()):
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"epoch-{epoch:02d}.safetensors"
         save_int8(state, path)
-        model.load_state_dict(load_int8(path), strict=True)
+        scratch.load_state_dict(load_int8(path), strict=True)
         rows.append({"epoch": epoch, "step": row["step"], "file": path.relative_to(out).as_posix(),
                      "val_loss": row["val_loss"], "val_bleu_greedy": row["val_bleu_greedy"],
-                     "val_bleu_greedy_int8": round(bleu(model, val_en, val_de)[0], 2)})
+                     "val_bleu_greedy_int8": round(bleu(scratch, val_en, val_de)[0], 2)})
         print(f"snapshot epoch {epoch}: {path} ({path.stat().st_size / 1e6:.1f} MB), val BLEU greedy "
               f"{row['val_bleu_greedy']} (float32) / {rows[-1]['val_bleu_greedy_int8']} (int8 as stored)", flush=True)
     return rows
@@ -144,8 +157,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=600)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--average", type=int, default=5, help="average the last N epochs")
-    p.add_argument("--snapshot-epochs", default="1,3,10",
-                   help="comma-separated epochs whose weights are kept (int8) for the app's slider; '' for none")
+    p.add_argument("--snapshot-epochs", type=epoch_list, default="1,3",
+                   help="comma-separated epochs whose weights are kept (int8) for the app's slider; '' for none "
+                        "(two keep the whole zoo under 60 MB)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
     p.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (smoke runs)")
@@ -181,7 +195,8 @@ def main(argv=None):
     total_steps = steps_per_epoch * args.epochs
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
     val_batches = make_batches(val_pairs, args.max_tokens, random.Random(0))
-    snapshot_epochs = {int(e) for e in args.snapshot_epochs.split(",") if e.strip()}
+    if any(e > args.epochs for e in args.snapshot_epochs):
+        p.error(f"--snapshot-epochs {args.snapshot_epochs} goes past --epochs {args.epochs}")
     history, kept, best, step, snapshots = [], [], None, 0, {}
     for epoch in range(1, args.epochs + 1):
         model.train()
@@ -218,7 +233,7 @@ def main(argv=None):
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
         if best is None or v_bleu > best[0]:
             best = (v_bleu, epoch, state)
-        if epoch in snapshot_epochs:
+        if epoch in args.snapshot_epochs:
             snapshots[epoch] = (row, state)
 
     # Checkpoint averaging: the mean of the last epochs' weights usually beats any one of them.

@@ -121,12 +121,13 @@ def head_mask(selected, n_layer, n_head, prefix=""):
 
 
 _snapshots = {}
+_snapshot_lock = threading.Lock()  # apart from _lock: loading snapshots never holds up a model's first load
 
 
 def snapshots(name):
-    """The sorter's training snapshots (zoo.snapshots), loaded once per process."""
+    """A model's training snapshots (zoo.snapshots), loaded once per process."""
     if name not in _snapshots:
-        with _lock:
+        with _snapshot_lock:
             if name not in _snapshots:
                 _snapshots[name] = zoo.snapshots(name)
     return _snapshots[name]

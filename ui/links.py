@@ -18,7 +18,7 @@ PARAMS = {
                ("off", "list")],
     "compare": [("digits", "text"), ("layer", "text"), ("head", "text"), ("step", "number")],
     "translator": [("text", "text"), ("beam", "number"), ("ref", "text"), ("view", "text"), ("layer", "text"),
-                   ("head", "text"), ("off", "list"), ("step", "number")],
+                   ("head", "text"), ("off", "list"), ("snapshot", "number")],
     "phobert": [("text", "text"), ("segment", "flag"), ("layer", "number"), ("head", "number"),
                 ("token", "number"), ("view", "text")],
     "basics": [],

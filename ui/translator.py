@@ -112,16 +112,19 @@ def reference_view(ref):
     return summary, fig, table
 
 
-def pick_net(snapshot):
-    """The translator at slider position `snapshot` (0.. saved snapshots, last = the final model)
-    and a line saying which weights these are and how well they translate."""
-    index = whole_number(snapshot, "Training snapshot", 0, FINAL_SNAPSHOT)
+def pick_net(snapshot=None):
+    """The translator at slider position `snapshot` (0.. for the saved snapshots, oldest first; one
+    past them, or None, for the final model) and a line saying which weights these are and how
+    well they translate."""
     training = METRICS.get("training", {})
     epochs, steps = training.get("epochs"), training.get("steps")
+    index = FINAL_SNAPSHOT if snapshot is None else whole_number(snapshot, "Training snapshot", 0, FINAL_SNAPSHOT)
     if index == FINAL_SNAPSHOT:
-        test = METRICS.get("evaluation", {}).get("splits", {}).get("test_2016_flickr", {})
-        score = f"; test_2016_flickr BLEU {test['bleu']:.1f} (beam 5)" if test else ""
-        return model(NAME), f"Final model ({training.get('kept', 'trained')}, {epochs} epochs){score}."
+        evaluation = METRICS.get("evaluation", {})
+        test = evaluation.get("splits", {}).get("test_2016_flickr")
+        score = (f"; test_2016_flickr BLEU {test['bleu']:.1f} with beam {evaluation['beam_size']}, length penalty "
+                 f"{evaluation['length_penalty']}") if test else ""
+        return model(NAME), f"Final model: {training.get('kept', 'trained weights')}, of {epochs} epochs{score}."
     snap = snapshots(NAME)[index]
     return snap["model"], (f"Snapshot after epoch {snap['epoch']} of {epochs} (step {snap['step']} of {steps}), "
                            f"stored in int8: greedy val BLEU {snap['val_bleu_greedy_int8']:.1f}, val loss "
@@ -130,7 +133,7 @@ def pick_net(snapshot):
 
 @user_errors
 def translate(text, beam_size=5, reference="", component="cross-attention", layer="1", head="average",
-              ablate=None, snapshot=FINAL_SNAPSHOT):
+              ablate=None, snapshot=None):
     """/translate: the German translation (plain text) first; then the selected attention map, the
     timeline slider, its first step's view, the per-head statistics, the optional reference's
     scores, the state that later selections redraw from, and which weights were used."""
@@ -199,10 +202,11 @@ def build(demo):
                                        max_length=MAX_CHARS, elem_id="translator-reference")
                 ablate = gr.Dropdown(ABLATION_CHOICES, multiselect=True, label="Switch heads off (ablation)",
                                      elem_id="translator-ablate")
-                snapshot = gr.Slider(0, FINAL_SNAPSHOT, value=FINAL_SNAPSHOT, step=1, elem_id="translator-snapshot",
-                                     label="Training snapshot: " + ", ".join(
-                                         f"{i} = after epoch {e}" for i, e in enumerate(SNAPSHOT_EPOCHS))
-                                     + f"{', ' if SNAPSHOT_EPOCHS else ''}{FINAL_SNAPSHOT} = final model")
+                # (a slider needs two positions: without snapshots it stays hidden at 0, the final model)
+                snapshot = gr.Slider(0, max(1, FINAL_SNAPSHOT), value=FINAL_SNAPSHOT, step=1, elem_id="translator-snapshot",
+                                     visible=bool(SNAPSHOT_EPOCHS), label="Training snapshot: " + ", ".join(
+                                         [f"{i} = after epoch {e}" for i, e in enumerate(SNAPSHOT_EPOCHS)]
+                                         + [f"{FINAL_SNAPSHOT} = final model"]))
                 btn = gr.Button("Translate", variant="primary", elem_id="translator-run")
                 gr.Examples(EXAMPLES, inputs=[text, beam, reference])
             with gr.Column(scale=3):
