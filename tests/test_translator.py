@@ -138,19 +138,28 @@ def test_training_is_deterministic(tmp_path):
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
 
 
-def test_cached_decoding_equals_full_recompute(tiny_model):
+@pytest.mark.parametrize("cache", ["encoder", "none"])
+def test_cached_decoding_equals_recomputing(tiny_model, cache):
     model = tiny_model[0]
     src = model.batch_source(["A man runs on the street.", "The girl waits."])
-    ids_cached, logits_cached = model.greedy(src, use_cache=True)
-    ids_full, logits_full = model.greedy(src, use_cache=False)
+    ids_cached, logits_cached = model.greedy(src, cache="full")
+    ids_full, logits_full = model.greedy(src, cache=cache)
     assert torch.equal(ids_cached, ids_full)
     assert torch.allclose(logits_cached, logits_full, atol=1e-5)
+    assert logits_cached.shape[1] >= 3  # several steps, so the cache was really used
 
 
-def test_cached_beam_search_equals_uncached(tiny_model):
+@pytest.mark.parametrize("cache", ["encoder", "none"])
+def test_cached_beam_search_equals_recomputing(tiny_model, cache):
     model = tiny_model[0]
     src = model.batch_source(["A woman plays at the beach.", "A dog waits under a bridge."])
-    assert model.beam_search(src, 4, use_cache=True) == model.beam_search(src, 4, use_cache=False)
+    assert model.beam_search(src, 4, cache="full") == model.beam_search(src, 4, cache=cache)
+
+
+def test_unknown_cache_mode_is_refused(tiny_model):
+    model = tiny_model[0]
+    with pytest.raises(ValueError, match="cache must be one of full, encoder, none; got 'some'"):
+        model.greedy(model.batch_source(["A dog."]), cache="some")
 
 
 def test_beam_one_equals_greedy(tiny_model):

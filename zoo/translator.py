@@ -64,22 +64,33 @@ def layer_mask(head_mask, key, layer):
     return head_mask[key][layer]
 
 
+# How much a decoding step may reuse from earlier steps (next_logits, greedy, beam_search):
+#   "full":    the key/value cache: the encoder's keys/values per layer, computed once, and every
+#              earlier target position's self-attention keys/values; each step feeds one new token.
+#   "encoder": only the encoder's keys/values are kept; the target prefix is recomputed each step.
+#   "none":    no cache: each step reruns the decoder over the whole prefix and recomputes every key
+#              and value it attends to, as a decoder without a cache does.
+# All three give the same tokens and logits (tested); they differ only in speed.
+CACHE_MODES = ("full", "encoder", "none")
+
+
 @dataclass
 class DecoderState:
     """What incremental decoding carries between steps: per layer the encoder's keys/values
-    (computed once) and the growing self-attention cache, plus the source mask and the heads
-    this call switches off."""
+    (computed once) and the growing self-attention cache, plus the encoder output they came from,
+    the source mask and the heads this call switches off."""
 
     cross_kv: list
     self_kv: list
     cross_mask: torch.Tensor | None
+    memory: torch.Tensor
     length: int = 0
     head_mask: dict | None = None
 
     def reorder(self, index):
         """Keep batch rows `index` (beam search picks which hypotheses survive). Only the
         self-attention cache moves: beam search never picks a row outside a sentence's own group of
-        beams, whose encoder keys/values (and source mask) are identical copies."""
+        beams, whose encoder output, encoder keys/values and source mask are identical copies."""
         self.self_kv = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
                         for kv in self.self_kv]
 
@@ -136,13 +147,14 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         cross_kv = [block.cross_attn.project_kv(memory) for block in self.decoder]
         if src_mask.all():  # no padding in the batch: masking would change nothing
             src_mask = None
-        return DecoderState(cross_kv, [None] * len(self.decoder), src_mask, head_mask=head_mask)
+        return DecoderState(cross_kv, [None] * len(self.decoder), src_mask, memory, head_mask=head_mask)
 
-    def decode(self, tgt, state, return_attention=False):
+    def decode(self, tgt, state, return_attention=False, last_only=False):
         """Run the decoder on new target ids (B, T_new) that follow the cached ones.
 
-        Returns logits (B, T_new, V) and, when asked, the self- and cross-attention maps per layer
-        ((B, H, T_new, T_total) and (B, H, T_new, S)). Updates `state` in place.
+        Returns logits (B, T_new, V), or (B, 1, V) for the last position only with last_only, and,
+        when asked, the self- and cross-attention maps per layer ((B, H, T_new, T_total) and
+        (B, H, T_new, S)). Updates `state` in place.
         """
         t_new, past = tgt.size(1), state.length
         # New queries see every cached key and the new keys up to themselves; a single new token
@@ -158,7 +170,9 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
             self_maps.append(sw)
             cross_maps.append(cw)
         state.length += t_new
-        logits = self.dec_ln(x) @ self.embed.weight.T  # (B, T_new, V), tied output projection
+        if last_only:
+            x = x[:, -1:]  # (B, 1, D): searching needs only the next token's distribution
+        logits = self.dec_ln(x) @ self.embed.weight.T  # (B, T_new or 1, V), tied output projection
         return logits, tuple(self_maps), tuple(cross_maps)
 
     def forward(self, src, tgt_in):
@@ -171,25 +185,31 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         """Output length cap tied to the source: 1.5 x source tokens + 10, within max_len."""
         return min(self.max_len, int(1.5 * src_len) + 10)
 
-    def next_logits(self, ys, state, use_cache=True):
-        """Logits (B, V) for the token after ys (B, T). With the cache only the last token is fed
-        (its keys/values are appended to the cache); without it the whole prefix is recomputed."""
-        if use_cache:
-            return self.decode(ys[:, -1:], state)[0][:, -1]
-        fresh = DecoderState(state.cross_kv, [None] * len(self.decoder), state.cross_mask, head_mask=state.head_mask)
-        return self.decode(ys, fresh)[0][:, -1]
+    def next_logits(self, ys, state, cache="full"):
+        """Logits (B, V) for the token after ys (B, T); `cache` is one of CACHE_MODES. With the full
+        cache only the last token is fed (its keys/values are appended to the cache); otherwise the
+        whole prefix is run again from a fresh state."""
+        if cache == "full":
+            return self.decode(ys[:, -1:], state, last_only=True)[0][:, -1]
+        if cache not in CACHE_MODES:
+            raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}; got {cache!r}")
+        cross_kv = (state.cross_kv if cache == "encoder"
+                    else [block.cross_attn.project_kv(state.memory) for block in self.decoder])
+        fresh = DecoderState(cross_kv, [None] * len(self.decoder), state.cross_mask, state.memory,
+                             head_mask=state.head_mask)
+        return self.decode(ys, fresh, last_only=True)[0][:, -1]
 
     @torch.inference_mode()
-    def greedy(self, src, use_cache=True, head_mask=None):
+    def greedy(self, src, cache="full", head_mask=None):
         """Greedy search. Returns the ids (B, T) without <s> (stopping after </s>) and the
-        per-step logits (B, T, V). use_cache=False recomputes the whole prefix every step."""
+        per-step logits (B, T, V). `cache`: see CACHE_MODES."""
         memory, src_mask = self.encode(src, head_mask=head_mask)[:2]
         limit = self.max_target_len(int((src != self.pad_id).sum(1).max()))
         ys = torch.full((src.size(0), 1), self.bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         state, all_logits = self.start_state(memory, src_mask, head_mask), []
         for _ in range(limit):
-            logits = self.next_logits(ys, state, use_cache)
+            logits = self.next_logits(ys, state, cache)
             nxt = logits.argmax(-1).masked_fill(done, self.pad_id)
             all_logits.append(logits)
             ys = torch.cat([ys, nxt[:, None]], dim=1)
@@ -199,12 +219,12 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         return ys[:, 1:], torch.stack(all_logits, dim=1)
 
     @torch.inference_mode()
-    def beam_search(self, src, beam_size=5, length_penalty=LENGTH_PENALTY, use_cache=True, head_mask=None):
+    def beam_search(self, src, beam_size=5, length_penalty=LENGTH_PENALTY, cache="full", head_mask=None):
         """Batched beam search with the key/value cache.
 
         Hypotheses are ranked by log-probability / length**length_penalty. Each sentence stops
         once it has `beam_size` finished hypotheses, or at max_target_len(its source length).
-        use_cache=False recomputes the target prefix at every step (for tests and benchmarks).
+        `cache` (see CACHE_MODES) changes only the speed (for tests and benchmarks).
         Returns a list of id lists (no <s>, no </s>).
         """
         b, k = src.size(0), beam_size
@@ -219,7 +239,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         done = [False] * b
         norm = lambda logp, n: logp / n**length_penalty  # noqa: E731
         for step in range(max(limits)):
-            logp = self.next_logits(ys, state, use_cache).float().log_softmax(-1)  # (B*K, V)
+            logp = self.next_logits(ys, state, cache).float().log_softmax(-1)  # (B*K, V)
             vocab = logp.size(-1)
             cand = (scores.view(-1, 1) + logp).view(b, k * vocab)
             top_scores, top_ids = cand.topk(2 * k, dim=1)  # (B, 2K): enough to refill K beams
