@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ui import translator as translator_tab
+
 pytestmark = pytest.mark.browser
 SHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
 CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -170,6 +172,14 @@ def test_translator_tab(page):
     page.wait_for_function("() => document.querySelector('#translator-step-plot .gtitle')?.textContent"
                            ".includes('Step 2/')", timeout=30_000)
     shot(page, "translator")
+    if translator_tab.SNAPSHOT_EPOCHS:  # replay training: the first snapshot, then back to the final model
+        wait_value(page, "translator-note", "v.startsWith('Final model')")
+        snapshot = page.locator("#translator-snapshot input[type=number]")
+        snapshot.fill("0")
+        snapshot.press("Enter")
+        page.locator("#translator-snapshot input[type=range]").dispatch_event("pointerup")
+        wait_value(page, "translator-note", f"v.startsWith('Snapshot after epoch {translator_tab.SNAPSHOT_EPOCHS[0]} ')")
+        shot(page, "translator-snapshot")
 
 
 def test_phobert_tab(page):
