@@ -6,7 +6,6 @@ through these functions, so card, metrics and manifest never disagree.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from training.common import read_json
@@ -115,13 +114,6 @@ def write_translator_card(folder):
              f"**Wall time {tr.get('wall_seconds', 0) / 60:.0f} min** on the project's 2-core CPU machine "
              f"(tokenizer, training, per-epoch validation and snapshot scoring included). {tr.get('wall_note', '')}\n"]
     hist = tr.get("history", [])
-    if tr.get("unloaded_epochs") and hist:
-        first, last = tr["unloaded_epochs"]
-        elapsed = {h["epoch"]: h["elapsed_seconds"] for h in hist}
-        per_epoch = statistics.median(elapsed[e] - elapsed[e - 1] for e in range(first, last + 1))
-        lines.append(f"Without other load (epochs {first}-{last}) an epoch took a median {per_epoch:.0f} s "
-                     f"including validation, so the whole recipe takes about {tr['epochs']} × {per_epoch:.0f} s "
-                     f"≈ {tr['epochs'] * per_epoch / 60:.0f} min on an idle machine of this kind.\n")
     snaps = m.get("snapshots", [])
     if snaps:
         size = sum((folder / s["file"]).stat().st_size for s in snaps if (folder / s["file"]).exists()) / 1e6
