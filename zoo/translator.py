@@ -19,9 +19,9 @@ from .attention import EncoderBlock, FeedForward, MultiHeadAttention, causal_mas
 from .hub import ZooModel, resolve_file
 
 TOKENIZER_FILE = "tokenizer.json"
-# Beam search ranks hypotheses by log-probability / length**LENGTH_PENALTY; 1.5 scored best on the
+# Beam search ranks hypotheses by log-probability / length**LENGTH_PENALTY; 1.0 scored best on the
 # Multi30k validation split among 0.3, 0.6, 1.0, 1.5, 2.0 and 3.0 (`evaluate_translator --sweep`).
-LENGTH_PENALTY = 1.5
+LENGTH_PENALTY = 1.0
 
 
 class DecoderBlock(nn.Module):
