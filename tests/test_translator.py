@@ -126,6 +126,15 @@ def test_int8_round_trip_error_is_half_a_step(tmp_path, shape):
     assert set(back) == set(state)
 
 
+def test_snapshot_epochs_past_the_run_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        train_translator.main(["--epochs", "2", "--snapshot-epochs", "1,5", "--out", str(tmp_path)])
+    assert "--snapshot-epochs [1, 5] goes past --epochs 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_translator.main(["--snapshot-epochs", "one"])
+    assert "expected comma-separated epoch numbers, got 'one'" in capsys.readouterr().err
+
+
 def test_training_is_deterministic(tmp_path):
     data = tmp_path / "d"
     data.mkdir()

@@ -157,14 +157,18 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=600)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--average", type=int, default=5, help="average the last N epochs")
-    p.add_argument("--snapshot-epochs", type=epoch_list, default="1,3",
-                   help="comma-separated epochs whose weights are kept (int8) for the app's slider; '' for none "
-                        "(two keep the whole zoo under 60 MB)")
+    p.add_argument("--snapshot-epochs", type=epoch_list, default=None,
+                   help="comma-separated epochs whose weights are kept (int8) for the app's slider; '' for none. "
+                        "Default: 1,3, those within --epochs (two keep the whole zoo under 60 MB)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
     p.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (smoke runs)")
     p.add_argument("--limit-val", type=int, default=0, help="BLEU on only the first N validation pairs")
     args = p.parse_args(argv)
+    if args.snapshot_epochs is None:
+        args.snapshot_epochs = {e for e in (1, 3) if e <= args.epochs}
+    elif any(e > args.epochs for e in args.snapshot_epochs):
+        p.error(f"--snapshot-epochs {sorted(args.snapshot_epochs)} goes past --epochs {args.epochs}")
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -195,8 +199,6 @@ def main(argv=None):
     total_steps = steps_per_epoch * args.epochs
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
     val_batches = make_batches(val_pairs, args.max_tokens, random.Random(0))
-    if any(e > args.epochs for e in args.snapshot_epochs):
-        p.error(f"--snapshot-epochs {args.snapshot_epochs} goes past --epochs {args.epochs}")
     history, kept, best, step, snapshots = [], [], None, 0, {}
     for epoch in range(1, args.epochs + 1):
         model.train()
