@@ -8,6 +8,7 @@ GRADIO_SERVER_PORT set, which become the defaults of --host and --port). `python
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 
@@ -21,6 +22,19 @@ from ui.common import preload
 # per event), and PyTorch gets one thread per request on such a machine: concurrent requests then
 # spread over the cores instead of each spinning up threads that fight for the same two.
 CONCURRENCY = max(1, int(os.environ.get("ATTENTION_LAB_CONCURRENCY", "2")))
+
+
+def limit_malloc_arenas(n=2):
+    """glibc gives busy threads malloc arenas of their own (up to 8 per core) and keeps what they
+    free; a server with dozens of request threads then grows under load without holding more data.
+    Two arenas are enough for two requests at a time. A no-op where libc is not glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, n)  # -8 = M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+limit_malloc_arenas()
 torch.set_num_threads(max(1, (os.cpu_count() or 2) // CONCURRENCY))
 logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 logging.getLogger("attention_lab").setLevel(logging.INFO)
