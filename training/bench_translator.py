@@ -75,8 +75,9 @@ def main(argv=None):
     # The app's setting (app.py: two requests at a time, the cores split between them; 1 thread on
     # a 2-core machine), then PyTorch's default (every core for one request).
     cores = os.cpu_count() or 2
+    app_threads = max(1, cores // 2)
     runs = []
-    for threads in sorted({max(1, cores // 2), torch.get_num_threads()}):
+    for threads in sorted({app_threads, torch.get_num_threads()}):
         torch.set_num_threads(threads)
         runs.append(measure(model, args.beam_size, args.repeats))
     print(f"beam {args.beam_size}; {model.translate([SENTENCE_12], beam_size=args.beam_size)[0]!r}")
@@ -99,7 +100,7 @@ def main(argv=None):
         metrics = read_json(folder / "metrics.json")
         metrics["latency"] = {"command": "python -m training.bench_translator --write", "sentence": SENTENCE_12,
                               "beam_size": args.beam_size, "repeats": args.repeats, "cores": cores,
-                              "app_threads": max(1, cores // 2), "runs": runs, "checks": checks}
+                              "app_threads": app_threads, "runs": runs, "checks": checks}
         write_json(folder / "metrics.json", metrics)
         write_translator_card(folder)
     return 0 if all(checks.values()) else 1

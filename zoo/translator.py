@@ -143,8 +143,12 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
             maps.append(w)
         return self.enc_ln(x), mask, tuple(maps) if return_attention else ()
 
+    def encoder_kv(self, memory):
+        """Each decoder layer's cross-attention keys and values of the encoder output memory."""
+        return [block.cross_attn.project_kv(memory) for block in self.decoder]
+
     def start_state(self, memory, src_mask, head_mask=None):
-        cross_kv = [block.cross_attn.project_kv(memory) for block in self.decoder]
+        cross_kv = self.encoder_kv(memory)
         if src_mask.all():  # no padding in the batch: masking would change nothing
             src_mask = None
         return DecoderState(cross_kv, [None] * len(self.decoder), src_mask, memory, head_mask=head_mask)
@@ -193,8 +197,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
             return self.decode(ys[:, -1:], state, last_only=True)[0][:, -1]
         if cache not in CACHE_MODES:
             raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}; got {cache!r}")
-        cross_kv = (state.cross_kv if cache == "encoder"
-                    else [block.cross_attn.project_kv(state.memory) for block in self.decoder])
+        cross_kv = state.cross_kv if cache == "encoder" else self.encoder_kv(state.memory)
         fresh = DecoderState(cross_kv, [None] * len(self.decoder), state.cross_mask, state.memory,
                              head_mask=state.head_mask)
         return self.decode(ys, fresh, last_only=True)[0][:, -1]
