@@ -3,6 +3,7 @@
 import gzip
 import json
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -98,7 +99,7 @@ def test_training_keeps_int8_snapshots_scored_as_stored(tiny_model):
     model, out = tiny_model
     metrics = json.loads((out / "metrics.json").read_text())
     snaps = metrics["snapshots"]
-    assert [s["epoch"] for s in snaps] == [1, 3]  # the default epochs 1, 3, 10 within a 6-epoch run
+    assert [s["epoch"] for s in snaps] == [1, 3]  # the default epochs 1 and 3
     assert [s["step"] for s in snaps] == [metrics["training"]["history"][e - 1]["step"] for e in (1, 3)]
     full = (out / "model.safetensors").stat().st_size
     for snap in snaps:
@@ -124,6 +125,33 @@ def test_int8_round_trip_error_is_half_a_step(tmp_path, shape):
     assert torch.allclose(back["b"], state["b"], rtol=1e-3, atol=1e-3)  # float16
     assert torch.equal(back["zero"], state["zero"])
     assert set(back) == set(state)
+
+
+def test_evaluation_sweeps_length_penalty_on_val_and_scores_the_split(tiny_model, tmp_path, monkeypatch):
+    from training import evaluate_translator
+
+    _, out = tiny_model
+    model_dir, data = tmp_path / "model", tmp_path / "data"
+    shutil.copytree(out, model_dir)  # evaluation writes metrics and card: keep the fixture's folder as is
+    data.mkdir()
+    write_split(data, "val", synthetic_corpus(40, 1))
+    write_split(data, "test_2016_flickr", synthetic_corpus(30, 2))
+    calls = []
+    translate = TransformerTranslator.translate
+    monkeypatch.setattr(TransformerTranslator, "translate",
+                        lambda self, texts, **kw: calls.append((len(texts), kw["length_penalty"])) or
+                        translate(self, texts, **kw))
+    evaluate_translator.main(["--data-dir", str(data), "--model-dir", str(model_dir), "--beam-size", "3",
+                              "--sweep", "0.5,1.0"])
+    ev = json.loads((model_dir / "metrics.json").read_text())["evaluation"]
+    chosen = ev["length_penalty"]
+    assert ev["length_penalty_sweep_val_bleu_lc"][str(chosen)] == max(ev["length_penalty_sweep_val_bleu_lc"].values())
+    # val is translated once per swept penalty (the chosen one is reused), then the test split once
+    assert calls == [(40, 0.5), (40, 1.0), (30, chosen)]
+    assert ev["splits"]["val"]["bleu_lc"] == ev["length_penalty_sweep_val_bleu_lc"][str(chosen)]
+    test = ev["splits"]["test_2016_flickr"]
+    assert test["sentences"] == 30 and 0 < test["bleu"] <= 100 and 0 < test["chrf"] <= 100
+    zoo.verify_manifest(model_dir)  # the card and manifest were rewritten to match
 
 
 def test_snapshot_epochs_past_the_run_are_refused(tmp_path, capsys):

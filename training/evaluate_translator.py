@@ -46,26 +46,34 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     model = TransformerTranslator.from_pretrained(args.model_dir)
-    sweep = {}
+
+    def translate(split, length_penalty):
+        """The split's sources and references, the hypotheses and the seconds translating took."""
+        en, de = load_split(split, args.data_dir)
+        t0 = time.time()
+        hyps = model.translate(en, beam_size=args.beam_size, length_penalty=length_penalty)
+        return en, de, hyps, round(time.time() - t0, 1)
+
+    sweep, val_runs = {}, {}
     if args.sweep:
-        val_en, val_de = load_split("val", args.data_dir)
         for lp in (float(x) for x in args.sweep.split(",")):
-            sweep[lp] = score(model.translate(val_en, beam_size=args.beam_size, length_penalty=lp), val_de)["bleu_lc"]
+            val_runs[lp] = translate("val", lp)
+            sweep[lp] = score(val_runs[lp][2], val_runs[lp][1])["bleu_lc"]
             print(f"val, length penalty {lp}: lowercased BLEU {sweep[lp]:.2f}", flush=True)
         args.length_penalty = max(sweep, key=sweep.get)
     results, examples = {}, []
     for split in dict.fromkeys(["val", args.split]):
-        en, de = load_split(split, args.data_dir)
-        t0 = time.time()
-        hyps = model.translate(en, beam_size=args.beam_size, length_penalty=args.length_penalty)
+        # val at the chosen length penalty was already translated by the sweep: reuse it.
+        reuse = split == "val" and args.length_penalty in val_runs
+        en, de, hyps, seconds = val_runs[args.length_penalty] if reuse else translate(split, args.length_penalty)
         r = score(hyps, de)
-        r["seconds"] = round(time.time() - t0, 1)
+        r["seconds"] = seconds
         r["sentences"] = len(en)
         results[split] = r
         print(f"{split}: BLEU {r['bleu']:.2f} (cased), {r['bleu_lc']:.2f} (lowercased), chrF {r['chrf']:.2f}; "
               f"{len(en)} sentences in {r['seconds']} s", flush=True)
         if split == "val":
-            examples = [{"en": en[i], "hyp": hyps[i], "ref": de[i]} for i in (10, 25, 150)]
+            examples = [{"en": en[i], "hyp": hyps[i], "ref": de[i]} for i in (10, 25, 150) if i < len(en)]
     if not args.no_write:
         folder = Path(args.model_dir)
         metrics = read_json(folder / "metrics.json")
