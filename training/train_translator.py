@@ -149,7 +149,7 @@ def main(argv=None):
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-layer", type=int, default=3, help="encoder and decoder layers each")
     p.add_argument("--d-ff", type=int, default=1024)
-    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--dropout", type=float, default=0.3)
     p.add_argument("--max-len", type=int, default=128)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--max-tokens", type=int, default=4096, help="padded src+tgt tokens per batch")
