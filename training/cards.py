@@ -132,10 +132,10 @@ def write_translator_card(folder):
         lines.append("")
     if ev:
         lines += ["## Evaluation\n",
-                  f"`python -m training.evaluate_translator` — sacreBLEU {ev.get('sacrebleu_version')}, "
-                  f"beam {ev.get('beam_size')}, length penalty {ev.get('length_penalty')} (chosen on val: "
-                  + ", ".join(f"{k} → {v}" for k, v in ev.get("length_penalty_sweep_val_bleu_lc", {}).items())
-                  + " lowercased val BLEU).\n",
+                  f"`{ev.get('command', 'python -m training.evaluate_translator')}` — sacreBLEU "
+                  f"{ev.get('sacrebleu_version')}, beam {ev.get('beam_size')}, length penalty {ev.get('length_penalty')}"
+                  + (" (chosen on val: " + ", ".join(f"{k} → {v}" for k, v in sweep.items()) + " lowercased val BLEU)"
+                     if (sweep := ev.get("length_penalty_sweep_val_bleu_lc")) else "") + ".\n",
                   "| split | BLEU (cased, 13a) | BLEU (lowercased) | chrF |", "| --- | --- | --- | --- |"]
         for split, r in ev.get("splits", {}).items():
             lines.append(f"| {split} | {r['bleu']:.1f} | {r['bleu_lc']:.1f} | {r['chrf']:.1f} |")
