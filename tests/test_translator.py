@@ -152,7 +152,7 @@ def test_evaluation_sweeps_length_penalty_on_val_and_scores_the_split(tiny_model
     test = ev["splits"]["test_2016_flickr"]
     assert test["sentences"] == 30 and 0 < test["bleu"] <= 100 and 0 < test["chrf"] <= 100
     card = (model_dir / "README.md").read_text()
-    assert f"--sweep 0.5,1.0` — sacreBLEU" in card and f"length penalty {chosen} (chosen on val: 0.5 →" in card
+    assert "--sweep 0.5,1.0` — sacreBLEU" in card and f"length penalty {chosen} (chosen on val: 0.5 →" in card
     zoo.verify_manifest(model_dir)  # the card and manifest were rewritten to match
 
 
