@@ -326,8 +326,6 @@ def test_translator_tab_callbacks(tiny_model, monkeypatch):
 
 def test_translator_snapshot_slider_replays_training(tiny_model, tmp_path, monkeypatch):
     """zoo.snapshots reads the int8 snapshots back, and the tab's slider translates with them."""
-    import shutil
-
     import ui.common
     from ui import translator as tab
 

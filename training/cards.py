@@ -131,11 +131,13 @@ def write_translator_card(folder):
                   for h in hist if h["epoch"] % 3 == 0 or h["epoch"] in (1, len(hist))]
         lines.append("")
     if ev:
+        sweep = ev.get("length_penalty_sweep_val_bleu_lc")
+        chosen_on = (" (chosen on val: " + ", ".join(f"{k} → {v}" for k, v in sweep.items()) + " lowercased val BLEU)"
+                     if sweep else "")
         lines += ["## Evaluation\n",
                   f"`{ev.get('command', 'python -m training.evaluate_translator')}` — sacreBLEU "
-                  f"{ev.get('sacrebleu_version')}, beam {ev.get('beam_size')}, length penalty {ev.get('length_penalty')}"
-                  + (" (chosen on val: " + ", ".join(f"{k} → {v}" for k, v in sweep.items()) + " lowercased val BLEU)"
-                     if (sweep := ev.get("length_penalty_sweep_val_bleu_lc")) else "") + ".\n",
+                  f"{ev.get('sacrebleu_version')}, beam {ev.get('beam_size')}, length penalty "
+                  f"{ev.get('length_penalty')}{chosen_on}.\n",
                   "| split | BLEU (cased, 13a) | BLEU (lowercased) | chrF |", "| --- | --- | --- | --- |"]
         for split, r in ev.get("splits", {}).items():
             lines.append(f"| {split} | {r['bleu']:.1f} | {r['bleu_lc']:.1f} | {r['chrf']:.1f} |")

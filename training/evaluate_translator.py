@@ -9,6 +9,7 @@ split and for val (the split every choice was made on). Detokenized output again
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -47,9 +48,11 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     model = TransformerTranslator.from_pretrained(args.model_dir)
 
+    splits = functools.cache(lambda split: load_split(split, args.data_dir))  # each split read once
+
     def translate(split, length_penalty):
         """The split's sources and references, the hypotheses and the seconds translating took."""
-        en, de = load_split(split, args.data_dir)
+        en, de = splits(split)
         t0 = time.time()
         hyps = model.translate(en, beam_size=args.beam_size, length_penalty=length_penalty)
         return en, de, hyps, round(time.time() - t0, 1)
@@ -57,8 +60,8 @@ def main(argv=None):
     sweep, val_runs = {}, {}
     if args.sweep:
         for lp in (float(x) for x in args.sweep.split(",")):
-            val_runs[lp] = translate("val", lp)
-            sweep[lp] = score(val_runs[lp][2], val_runs[lp][1])["bleu_lc"]
+            _, de, hyps, _ = val_runs[lp] = translate("val", lp)
+            sweep[lp] = score(hyps, de)["bleu_lc"]
             print(f"val, length penalty {lp}: lowercased BLEU {sweep[lp]:.2f}", flush=True)
         args.length_penalty = max(sweep, key=sweep.get)
     results, examples = {}, []
