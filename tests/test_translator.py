@@ -96,7 +96,7 @@ def test_training_learns_the_synthetic_language(tiny_model):
 
 
 def test_training_keeps_int8_snapshots_scored_as_stored(tiny_model):
-    model, out = tiny_model
+    _, out = tiny_model
     metrics = json.loads((out / "metrics.json").read_text())
     snaps = metrics["snapshots"]
     assert [s["epoch"] for s in snaps] == [1, 3]  # the default epochs 1 and 3

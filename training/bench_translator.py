@@ -45,7 +45,7 @@ def cache_vs_recompute(model, texts, beam, repeats):
     times = {mode: [] for mode in CACHE_MODES}
     for _ in range(repeats):
         for mode in CACHE_MODES:
-            times[mode].append(timed(lambda: model.beam_search(src, beam, cache=mode)))
+            times[mode].append(timed(lambda mode=mode: model.beam_search(src, beam, cache=mode)))
     ms = {mode: statistics.median(t) * 1000 for mode, t in times.items()}
     return {"median_ms_cached": round(ms["full"], 1), "median_ms_no_cache": round(ms["none"], 1),
             "median_ms_prefix_only": round(ms["encoder"], 1), "speedup": round(ms["none"] / ms["full"], 2),
