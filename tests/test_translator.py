@@ -53,6 +53,12 @@ def tiny_model(tmp_path_factory):
     return TransformerTranslator.from_pretrained(out), out
 
 
+@pytest.fixture(scope="module", params=["plain", "packed"])
+def decoding_model(request, tiny_model):
+    """The tiny model as trained, and with its weights packed for inference as zoo.load does."""
+    return TransformerTranslator.from_pretrained(tiny_model[1]).pack() if request.param == "packed" else tiny_model[0]
+
+
 def test_reads_gz_splits_and_explains_missing_files(tmp_path):
     write_split(tmp_path, "val", [("Hello.", "Hallo."), ("Two dogs.", "Zwei Hunde.")])
     assert load_split("val", tmp_path, cache_dir=tmp_path) == (["Hello.", "Two dogs."], ["Hallo.", "Zwei Hunde."])
@@ -178,8 +184,8 @@ def test_training_is_deterministic(tmp_path):
 
 
 @pytest.mark.parametrize("cache", ["encoder", "none"])
-def test_cached_decoding_equals_recomputing(tiny_model, cache):
-    model = tiny_model[0]
+def test_cached_decoding_equals_recomputing(decoding_model, cache):
+    model = decoding_model
     src = model.batch_source(["A man runs on the street.", "The girl waits."])
     ids_cached, logits_cached = model.greedy(src, cache="full")
     ids_full, logits_full = model.greedy(src, cache=cache)
@@ -189,8 +195,8 @@ def test_cached_decoding_equals_recomputing(tiny_model, cache):
 
 
 @pytest.mark.parametrize("cache", ["encoder", "none"])
-def test_cached_beam_search_equals_recomputing(tiny_model, cache):
-    model = tiny_model[0]
+def test_cached_beam_search_equals_recomputing(decoding_model, cache):
+    model = decoding_model
     src = model.batch_source(["A woman plays at the beach.", "A dog waits under a bridge."])
     assert model.beam_search(src, 4, cache="full") == model.beam_search(src, 4, cache=cache)
 
@@ -201,8 +207,8 @@ def test_unknown_cache_mode_is_refused(tiny_model):
         model.greedy(model.batch_source(["A dog."]), cache="some")
 
 
-def test_beam_one_equals_greedy(tiny_model):
-    model = tiny_model[0]
+def test_beam_one_equals_greedy(decoding_model):
+    model = decoding_model
     texts = ["A child eats at the beach.", "An old man plays under a bridge.", "A dog runs."]
     src = model.batch_source(texts)
     greedy = [model.strip(row.tolist()) for row in model.greedy(src)[0]]
@@ -268,6 +274,18 @@ def test_committed_translator_translates():
     assert model.num_parameters() <= 10_000_000
     german = model.translate(["A man is riding a bicycle."], beam_size=5)[0]
     assert "Mann" in german and german != "A man is riding a bicycle."
+
+
+@committed
+def test_committed_translator_is_packed_and_its_cache_exact():
+    model = zoo.load("translator-en-de")
+    src = model.batch_source(["A man in a red shirt rides a bicycle down the street.", "Two dogs play in the snow."])
+    with torch.inference_mode():
+        assert model.packed_head.usable(torch.zeros(1, model.d_model)) == torch.backends.mkldnn.is_available()
+    ids_cached, logits_cached = model.greedy(src, cache="full")
+    ids_none, logits_none = model.greedy(src, cache="none")
+    assert torch.equal(ids_cached, ids_none)
+    assert torch.allclose(logits_cached, logits_none, atol=1e-5)
 
 
 def test_head_mask_switches_heads_off_per_call(tiny_model):

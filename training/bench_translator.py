@@ -8,7 +8,8 @@ are reported. Without the cache ("none") every step reruns the decoder over the 
 and recomputes every key and value it attends to, as a decoder without a cache does (Hugging Face's
 use_cache=False, fairseq without incremental state); the in-between mode keeps the encoder's
 keys/values and recomputes only the target prefix. The encoder runs once in every mode, and every
-mode projects only the last position onto the vocabulary. Everything is
+mode projects only the last position onto the vocabulary. The model is measured as zoo.load
+returns it, with its weights packed for oneDNN (zoo/packing.py). Everything is
 measured with the app's thread count (one per request on 2 cores) and with PyTorch's default (all
 cores). With --write the figures go into the translator's metrics.json ("latency") and model card.
 """
@@ -100,7 +101,9 @@ def main(argv=None):
         metrics = read_json(folder / "metrics.json")
         metrics["latency"] = {"command": "python -m training.bench_translator --write", "sentence": SENTENCE_12,
                               "beam_size": args.beam_size, "repeats": args.repeats, "cores": cores,
-                              "app_threads": app_threads, "runs": runs, "checks": checks}
+                              "app_threads": app_threads,
+                              "packed_for_onednn": model.packed_head is not None and model.packed_head.packed is not None,
+                              "runs": runs, "checks": checks}
         write_json(folder / "metrics.json", metrics)
         write_translator_card(folder)
     return 0 if all(checks.values()) else 1

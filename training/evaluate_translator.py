@@ -46,7 +46,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = TransformerTranslator.from_pretrained(args.model_dir)
+    model = TransformerTranslator.from_pretrained(args.model_dir).pack()  # as zoo.load serves it
 
     splits = functools.cache(lambda split: load_split(split, args.data_dir))  # each split read once
 

@@ -2,7 +2,8 @@
 
 Every model lives in `zoo/checkpoints/<name>/` as config.json + model.safetensors (+ tokenizer,
 metrics.json, model card, manifest.json). Loading checks the folder against its SHA-256 manifest,
-then loads the weights with strict=True, and returns the model in eval mode.
+then loads the weights with strict=True, and returns the model in eval mode with its weights packed
+for fast CPU inference (zoo/packing.py).
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ def checkpoint_dir(name):
 
 
 def load(name):
-    """The named model, verified against its manifest, loaded strictly, in eval mode."""
+    """The named model, verified against its manifest, loaded strictly, in eval mode, with its
+    weights packed for fast CPU inference (zoo.packing)."""
     folder = checkpoint_dir(name)
     verify_manifest(folder)
-    return MODELS[name][0].from_pretrained(folder, strict=True)
+    return MODELS[name][0].from_pretrained(folder, strict=True).pack()
 
 
 def snapshots(name):
@@ -58,5 +60,5 @@ def snapshots(name):
         net = MODELS[name][0](**config)
         net.load_state_dict(load_int8(folder / snap["file"]), strict=True)
         net.load_extras(str(folder))  # the tokenizer, for models that have one
-        out.append({**{k: v for k, v in snap.items() if k != "file"}, "model": net.eval()})
+        out.append({**{k: v for k, v in snap.items() if k != "file"}, "model": net.eval().pack()})
     return out

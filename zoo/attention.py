@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .packing import Linear, PackedWeight
+
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
     """softmax(q k^T / sqrt(d_k)) v, returning the output and the attention weights.
@@ -57,7 +59,8 @@ class MultiHeadAttention(nn.Module):
 
     forward() returns (out, weights); weights is (B, H, T_q, T_k) when return_attention=True, else
     None. For incremental decoding the caller may pass precomputed keys/values (`kv`, from
-    project_kv) so that a decoder can cache them between steps.
+    project_kv), or project the queries, keys and values itself (project_qkv) and call attend(), so
+    that a decoder can cache keys/values between steps.
     """
 
     def __init__(self, d_model, n_head, dropout=0.0, bias=True):
@@ -67,10 +70,17 @@ class MultiHeadAttention(nn.Module):
         self.n_head = n_head
         self.d_head = d_model // n_head
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.q_proj = Linear(d_model, d_model, bias=bias)
+        self.k_proj = Linear(d_model, d_model, bias=bias)
+        self.v_proj = Linear(d_model, d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model, bias=bias)
+        self.packed_qkv = None  # set by pack()
+
+    def pack(self):
+        """For inference: the q/k/v weights side by side, so self-attention projects in one product
+        instead of three (zoo.packing); the four Linears pack themselves."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        self.packed_qkv = PackedWeight([p.weight for p in projections], [p.bias for p in projections])
 
     def split_heads(self, x):
         b, t, _ = x.shape
@@ -84,15 +94,30 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of x, split into heads: two (B, H, T_k, Dh) tensors."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
+    def project_qkv(self, x):
+        """Queries, keys and values of x for self-attention: three (B, H, T, Dh) tensors."""
+        if self.packed_qkv is not None and self.packed_qkv.usable(x):
+            qkv = self.packed_qkv(x)  # (B, T, 3 D)
+            return tuple(self.split_heads(t) for t in qkv.chunk(3, dim=-1))
+        return self.split_heads(self.q_proj(x)), *self.project_kv(x)
+
     def forward(self, x, context=None, mask=None, kv=None, return_attention=False, head_mask=None):
         """x: (B, T_q, D) queries; context: (B, T_k, D) keys/values source (default x, i.e.
-        self-attention); kv: precomputed (k, v) that replaces context.
+        self-attention); kv: precomputed (k, v) that replaces context."""
+        if context is None and kv is None:
+            q, k, v = self.project_qkv(x)
+        else:
+            q = self.split_heads(self.q_proj(x))  # (B, H, T_q, Dh)
+            k, v = kv if kv is not None else self.project_kv(context)
+        return self.attend(q, k, v, mask, return_attention, head_mask)
+
+    def attend(self, q, k, v, mask=None, return_attention=False, head_mask=None):
+        """Attention of projected, head-split q (B, H, T_q, Dh) over k, v (B, H, T_k, Dh), merged
+        and projected back to (B, T_q, D).
 
         head_mask: optional (H,) of 1 = keep, 0 = switch off. An ablated head still attends (its
         weights are returned) but its output is zeroed before the heads are merged. It is an
         argument of the call, never module state, so concurrent callers cannot see each other's."""
-        q = self.split_heads(self.q_proj(x))  # (B, H, T_q, Dh)
-        k, v = kv if kv is not None else self.project_kv(x if context is None else context)
         p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T_q, Dh)
         if head_mask is not None:
@@ -115,7 +140,7 @@ class FeedForward(nn.Sequential):
     """Position-wise feed-forward: Linear(D, d_ff) -> GELU -> Linear(d_ff, D)."""
 
     def __init__(self, d_model, d_ff):
-        super().__init__(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+        super().__init__(Linear(d_model, d_ff), nn.GELU(), Linear(d_ff, d_model))
 
 
 class EncoderBlock(nn.Module):

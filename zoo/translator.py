@@ -17,6 +17,7 @@ from torch import nn
 
 from .attention import EncoderBlock, FeedForward, MultiHeadAttention, causal_mask, key_padding_mask, sinusoidal_positions
 from .hub import ZooModel, resolve_file
+from .packing import PackedWeight, linear
 
 TOKENIZER_FILE = "tokenizer.json"
 # Beam search ranks hypotheses by log-probability / length**LENGTH_PENALTY; 1.0 scored best on the
@@ -42,13 +43,11 @@ class DecoderBlock(nn.Module):
         """x: (B, T_new, D) new target positions; cross_kv: the encoder's keys/values for this
         layer; past_kv: cached (k, v) of earlier target positions, each (B, H, T_past, Dh).
         Returns x, the updated self-attention (k, v) and the two attention maps (or None)."""
-        h = self.ln1(x)
-        k, v = self.self_attn.project_kv(h)  # (B, H, T_new, Dh)
+        q, k, v = self.self_attn.project_qkv(self.ln1(x))  # (B, H, T_new, Dh) each
         if past_kv is not None:
             k = torch.cat([past_kv[0], k], dim=2)  # (B, H, T_past + T_new, Dh)
             v = torch.cat([past_kv[1], v], dim=2)
-        a, self_w = self.self_attn(h, mask=self_mask, kv=(k, v), return_attention=return_attention,
-                                   head_mask=self_head_mask)
+        a, self_w = self.self_attn.attend(q, k, v, self_mask, return_attention, self_head_mask)
         x = x + self.drop(a)
         a, cross_w = self.cross_attn(self.ln2(x), mask=cross_mask, kv=cross_kv,
                                      return_attention=return_attention, head_mask=cross_head_mask)
@@ -87,6 +86,15 @@ class DecoderState:
     length: int = 0
     head_mask: dict | None = None
 
+    def repeat_rows(self, k):
+        """Each batch row k times in a row (beam search's copies of a sentence); returns self. Called
+        before any step, so the encoder's keys/values are computed once per sentence, then copied."""
+        rows = lambda t: t.repeat_interleave(k, 0)  # noqa: E731
+        self.cross_kv = [(rows(kv[0]), rows(kv[1])) for kv in self.cross_kv]
+        self.memory = rows(self.memory)
+        self.cross_mask = None if self.cross_mask is None else rows(self.cross_mask)
+        return self
+
     def reorder(self, index):
         """Keep batch rows `index` (beam search picks which hypotheses survive). Only the
         self-attention cache moves: beam search never picks a row outside a sentence's own group of
@@ -121,6 +129,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         self.decoder = nn.ModuleList(DecoderBlock(d_model, n_head, d_ff, dropout) for _ in range(n_dec_layer))
         self.dec_ln = nn.LayerNorm(d_model)
         self.tokenizer = None  # set by load_extras / attach_tokenizer
+        self.packed_head = None  # the tied output projection laid out for oneDNN, set by pack()
 
     # ----- the network -------------------------------------------------------------------------
     def embed_tokens(self, ids, offset=0):
@@ -144,8 +153,10 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         return self.enc_ln(x), mask, tuple(maps) if return_attention else ()
 
     def encoder_kv(self, memory):
-        """Each decoder layer's cross-attention keys and values of the encoder output memory."""
-        return [block.cross_attn.project_kv(memory) for block in self.decoder]
+        """Each decoder layer's cross-attention keys and values of the encoder output memory.
+
+        Stored contiguous: the head-split views would otherwise be copied by every step's matmuls."""
+        return [tuple(t.contiguous() for t in block.cross_attn.project_kv(memory)) for block in self.decoder]
 
     def start_state(self, memory, src_mask, head_mask=None):
         cross_kv = self.encoder_kv(memory)
@@ -176,13 +187,20 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         state.length += t_new
         if last_only:
             x = x[:, -1:]  # (B, 1, D): searching needs only the next token's distribution
-        logits = self.dec_ln(x) @ self.embed.weight.T  # (B, T_new or 1, V), tied output projection
+        # Tied output projection: the embedding matrix, (B, T_new or 1, D) -> (B, T_new or 1, V).
+        logits = linear(self.dec_ln(x), self.embed.weight, packed=self.packed_head)
         return logits, tuple(self_maps), tuple(cross_maps)
 
     def forward(self, src, tgt_in):
         """Teacher forcing: src (B, S), tgt_in (B, T) starting with <s> -> logits (B, T, V)."""
         memory, src_mask = self.encode(src)[:2]
         return self.decode(tgt_in, self.start_state(memory, src_mask))[0]
+
+    def pack(self):
+        """Pack the Linears and the tied output projection, the largest product of a decoding step
+        (zoo.packing); returns self."""
+        self.packed_head = PackedWeight([self.embed.weight])
+        return super().pack()
 
     # ----- search ------------------------------------------------------------------------------
     def max_target_len(self, src_len):
@@ -234,7 +252,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         memory, src_mask = self.encode(src, head_mask=head_mask)[:2]
         src_lens = (src != self.pad_id).sum(1).tolist()
         limits = [self.max_target_len(n) for n in src_lens]
-        state = self.start_state(memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0), head_mask)
+        state = self.start_state(memory, src_mask, head_mask).repeat_rows(k)
         ys = torch.full((b * k, 1), self.bos_id, dtype=torch.long, device=src.device)
         scores = torch.zeros(b, k, device=src.device)
         scores[:, 1:] = -math.inf  # all beams start identical: expand only the first
