@@ -1,16 +1,21 @@
-"""zoo.packing: weights laid out for oneDNN give F.linear's results, and never stale or untrainable."""
+"""zoo.packing: weights laid out for oneDNN give F.linear's results, and are never stale or untrainable."""
+
+import copy
+import io
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import zoo
 from zoo.attention import MultiHeadAttention
-from zoo.packing import Linear, pack_for_inference
+from zoo.packing import Linear, onednn_ready, pack_for_inference
+from zoo.sorter import DigitSorter
 from zoo.translator import TransformerTranslator
 
-ONEDNN = torch.backends.mkldnn.is_available()
-needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this PyTorch build has no oneDNN")
+ONEDNN = onednn_ready()
+TINY = {"vocab_size": 60, "d_model": 32, "n_head": 4, "n_enc_layer": 2, "n_dec_layer": 2, "d_ff": 64, "max_len": 32}
 
 
 def seeded_linear(n_in, n_out, bias=True, seed=0):
@@ -18,77 +23,102 @@ def seeded_linear(n_in, n_out, bias=True, seed=0):
     return Linear(n_in, n_out, bias=bias).eval()
 
 
+def served_packed(layer):
+    """Whether the layer's last call went through a oneDNN copy of its current weights."""
+    return layer.packed.state is not None and layer.packed.state[0][0] is layer.weight
+
+
 @pytest.mark.parametrize("shape", [(5, 256), (5, 1, 256), (3, 7, 256), (1, 256)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_packed_linear_equals_f_linear(shape, bias):
-    layer = seeded_linear(256, 300, bias)
+    layer = seeded_linear(256, 300, bias).pack()
     x = torch.randn(*shape)
-    expected = F.linear(x, layer.weight, layer.bias)
-    layer.pack()
     with torch.inference_mode():
         got = layer(x)
-    assert got.shape == expected.shape
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert served_packed(layer) == ONEDNN
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
 
 
-@needs_onednn
-def test_packing_takes_the_onednn_path_only_for_inference():
-    layer = seeded_linear(64, 32)
-    layer.pack()
+def test_packing_serves_inference_only(monkeypatch):
+    layer = seeded_linear(64, 32).pack()
     x = torch.randn(4, 64)
-    with torch.inference_mode():
-        assert layer.packed.usable(x)
+    layer(x).sum().backward()  # autograd recording: the plain path, with gradients
+    assert layer.packed.state is None and layer.weight.grad is not None
     with torch.no_grad():
-        assert layer.packed.usable(x)
-    assert not layer.packed.usable(x)  # autograd is recording and the weight wants a gradient
-    assert not layer.packed.usable(x.double())
-    assert not layer.packed.usable(x.bfloat16())
+        layer.double()(x.double())  # a float64 layer: the plain path
+    assert layer.packed.state is None
+    with torch.inference_mode():
+        layer.float()(x)
+    assert served_packed(layer) == ONEDNN
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    layer.packed.state = None
+    with torch.inference_mode():
+        layer(x)
+    assert layer.packed.state is None  # oneDNN switched off: the plain path
 
 
-def test_a_packed_layer_still_trains():
-    layer = seeded_linear(16, 8)
-    layer.pack()
+def test_a_frozen_weight_with_a_trainable_bias_still_gets_gradients():
+    layer = seeded_linear(16, 8).pack()
+    layer.weight.requires_grad_(False)
     x = torch.randn(4, 16)
     layer(x).sum().backward()
-    torch.testing.assert_close(layer.weight.grad, torch.ones(8, 1) * x.sum(0))
+    torch.testing.assert_close(layer.bias.grad, torch.full((8,), 4.0))
 
 
-@pytest.mark.parametrize("change", ["in-place weight", "in-place bias", "load_state_dict", "optimiser step"])
+@pytest.mark.parametrize("change", ["in place", "load_state_dict", "load_state_dict assign", "optimiser step",
+                                    ".data", "new Parameter", "dtype round trip"])
 def test_a_changed_weight_is_never_served_stale(change):
-    layer = seeded_linear(32, 16)
-    layer.pack()
-    if change == "in-place weight":
-        with torch.no_grad():
-            layer.weight.mul_(2)
-    elif change == "in-place bias":
-        with torch.no_grad():
-            layer.bias.add_(1)
-    elif change == "load_state_dict":
-        layer.load_state_dict(seeded_linear(32, 16, seed=1).state_dict())
-    else:
-        layer.train()
-        torch.optim.SGD(layer.parameters(), lr=0.5).zero_grad()
-        layer(torch.randn(3, 32)).pow(2).sum().backward()
-        torch.optim.SGD(layer.parameters(), lr=0.5).step()
-        layer.eval()
+    layer = seeded_linear(32, 16).pack()
     x = torch.randn(3, 32)
     with torch.inference_mode():
-        got = layer(x)
-    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias))
-    assert not layer.packed.usable(x)
-    layer.pack()  # packing again brings the fast path back, with the new weights
+        layer(x)  # makes the packed copy
+    other = seeded_linear(32, 16, seed=1).state_dict()
+    if change == "in place":
+        with torch.no_grad():
+            layer.weight.mul_(2)
+            layer.bias.add_(1)
+    elif change.startswith("load_state_dict"):
+        layer.load_state_dict(other, assign=change.endswith("assign"))
+    elif change == "optimiser step":
+        optimiser = torch.optim.SGD(layer.parameters(), lr=0.5)
+        layer(torch.randn(3, 32)).pow(2).sum().backward()
+        optimiser.step()
+    elif change == ".data":
+        layer.weight.data = other["weight"].clone()
+    elif change == "new Parameter":
+        layer.weight = nn.Parameter(other["weight"].clone())
+    else:
+        layer.half().float()
     with torch.inference_mode():
-        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
-        assert layer.packed.usable(x) == ONEDNN
+        got = layer(x)
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+    assert served_packed(layer) == ONEDNN  # a fresh copy of the new weights
+
+
+def test_packed_models_copy_and_pickle():
+    model = TransformerTranslator(**TINY).eval().pack()
+    src = torch.tensor([[5, 9, 13, 2]])
+    expected = model.greedy(src)[0]
+    assert model.packed_head.state is not None or not ONEDNN
+    clone = copy.deepcopy(model)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    restored = torch.load(buffer, weights_only=False)
+    for other in (clone, restored):
+        assert other.packed_head.state is None  # made again on first use, from its own weights
+        assert torch.equal(other.greedy(src)[0], expected)
+        assert (other.packed_head.state is not None) == ONEDNN
+        assert other.packed_head.state is None or other.packed_head.state[0][0] is other.embed.weight
 
 
 def test_packing_keeps_parameters_and_state_dict():
-    plain, ours = nn.Linear(8, 4), Linear(8, 4)
-    assert list(plain.state_dict()) == list(ours.state_dict())
-    model = TransformerTranslator(vocab_size=50, d_model=32, n_head=4, n_enc_layer=1, n_dec_layer=1, d_ff=64).eval()
+    assert list(nn.Linear(8, 4).state_dict()) == list(Linear(8, 4).state_dict())
+    model = TransformerTranslator(**TINY).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     n_params = model.num_parameters()
     assert pack_for_inference(model) is model
+    model.greedy(torch.tensor([[5, 9, 2]]))
     after = model.state_dict()
     assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
     assert model.num_parameters() == n_params
@@ -104,7 +134,7 @@ def test_fused_qkv_projection_equals_three_projections():
         attn.pack()
         got = attn.project_qkv(x)
         out_packed, w_packed = attn(x, return_attention=True)
-        assert attn.packed_qkv.usable(x) == ONEDNN
+    assert (attn.packed_qkv.state is not None) == ONEDNN
     for g, e in zip(got, expected):
         assert g.shape == (2, 4, 5, 16)
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
@@ -112,16 +142,24 @@ def test_fused_qkv_projection_equals_three_projections():
     torch.testing.assert_close(w_packed, w_plain, atol=1e-5, rtol=1e-5)
 
 
-def test_packed_translator_decodes_like_the_unpacked_one():
-    config = {"vocab_size": 60, "d_model": 32, "n_head": 4, "n_enc_layer": 2, "n_dec_layer": 2, "d_ff": 64, "max_len": 32}
-    torch.manual_seed(0)
-    plain = TransformerTranslator(**config).eval()
-    packed = TransformerTranslator(**config).eval()
-    packed.load_state_dict(plain.state_dict())
-    packed.pack()
-    src = torch.tensor([[5, 9, 13, 21, 2], [7, 8, 2, 0, 0]])
-    ids_plain, logits_plain = plain.greedy(src)
-    ids_packed, logits_packed = packed.greedy(src)
-    assert torch.equal(ids_plain, ids_packed)
-    torch.testing.assert_close(logits_packed, logits_plain, atol=1e-4, rtol=1e-4)
-    assert (packed.packed_head.packed is not None) == ONEDNN
+def test_only_the_paths_a_model_takes_are_packed():
+    model = TransformerTranslator(**TINY).eval().pack()
+    model.greedy(torch.tensor([[5, 9, 13, 2]]))
+    if not ONEDNN:
+        return
+    for block in model.decoder:  # self-attention: one fused copy; cross-attention: its own Linears
+        assert block.self_attn.packed_qkv.state is not None and block.self_attn.q_proj.packed.state is None
+        assert block.cross_attn.packed_qkv.state is None and block.cross_attn.q_proj.packed.state is not None
+
+
+@pytest.mark.skipif("sorter-pe" not in zoo.available(), reason="sorter not trained yet")
+def test_zoo_serves_packed_sorters_that_predict_like_plain_ones():
+    plain = DigitSorter.from_pretrained(zoo.checkpoint_dir("sorter-pe"))
+    packed = zoo.load("sorter-pe")
+    x = torch.randint(0, 10, (256, 8), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        expected, got = plain(x), packed(x)
+    assert (packed.head.packed.state is not None) == ONEDNN
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert all(s["model"].head.packed is not None for s in zoo.snapshots("sorter-pe"))

@@ -15,6 +15,7 @@ from training import train_translator
 from training.multi30k import load_split
 from training.subwords import train_tokenizer
 from zoo.hub import load_int8, save_int8
+from zoo.packing import onednn_ready
 from zoo.translator import TransformerTranslator
 
 SUBJECTS = [("A man", "Ein Mann"), ("A woman", "Eine Frau"), ("A dog", "Ein Hund"), ("A child", "Ein Kind"),
@@ -280,12 +281,28 @@ def test_committed_translator_translates():
 def test_committed_translator_is_packed_and_its_cache_exact():
     model = zoo.load("translator-en-de")
     src = model.batch_source(["A man in a red shirt rides a bicycle down the street.", "Two dogs play in the snow."])
-    with torch.inference_mode():
-        assert model.packed_head.usable(torch.zeros(1, model.d_model)) == torch.backends.mkldnn.is_available()
     ids_cached, logits_cached = model.greedy(src, cache="full")
+    assert (model.packed_head.state is not None) == onednn_ready()  # served through the packed copy
     ids_none, logits_none = model.greedy(src, cache="none")
     assert torch.equal(ids_cached, ids_none)
     assert torch.allclose(logits_cached, logits_none, atol=1e-5)
+
+
+def test_packed_model_searches_and_explains_like_the_plain_one(tiny_model):
+    plain = tiny_model[0]
+    packed = TransformerTranslator.from_pretrained(tiny_model[1]).pack()
+    texts = ["A woman sleeps near 3 trees.", "A dog eats.", "The girl plays in the park with a man."]
+    assert packed.translate(texts, beam_size=4) == plain.translate(texts, beam_size=4)
+    off = {"cross": torch.tensor([[1.0, 0, 1, 1], [1, 1, 1, 0]])}
+    for head_mask in (None, off):
+        a = plain.explain(texts[2], beam_size=3, head_mask=head_mask)
+        b = packed.explain(texts[2], beam_size=3, head_mask=head_mask)
+        assert a["translation"] == b["translation"] and a["target_tokens"] == b["target_tokens"]
+        for key in ("cross_attention", "decoder_self_attention", "encoder_self_attention"):
+            np.testing.assert_allclose(b[key], a[key], atol=1e-5)
+        forced = [m.force_decode(texts[1], "Ein Hund isst.", head_mask)["token_probs"] for m in (plain, packed)]
+        np.testing.assert_allclose(forced[1], forced[0], atol=1e-5)
+    assert (packed.packed_head.state is not None) == onednn_ready()
 
 
 def test_head_mask_switches_heads_off_per_call(tiny_model):

@@ -161,7 +161,7 @@ def write_translator_card(folder):
                       for name, r in run["cache_vs_recompute"].items()]
         lines.append("\n" + "; ".join(f"{run['threads']} thread(s): a 12-word sentence translates in "
                                        f"**{run['median_ms_translate']} ms** end to end" for run in lat["runs"])
-                     + ". The loaded model multiplies by weights packed once for oneDNN (zoo/packing.py): on this "
+                     + ". The model as zoo.load returns it multiplies by weights packed once for oneDNN (zoo/packing.py): on this "
                      "AMD CPU, MKL's float32 products are about three times slower for the few rows of a decoding "
                      "step. Each step still reads every weight once either way, and for one short sentence that "
                      "read and PyTorch's fixed cost per operation are a large part of a step, so the cache's gain "

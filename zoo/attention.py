@@ -77,10 +77,10 @@ class MultiHeadAttention(nn.Module):
         self.packed_qkv = None  # set by pack()
 
     def pack(self):
-        """For inference: the q/k/v weights side by side, so self-attention projects in one product
-        instead of three (zoo.packing); the four Linears pack themselves."""
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        self.packed_qkv = PackedWeight([p.weight for p in projections], [p.bias for p in projections])
+        """For inference, self-attention projects q, k and v in one product with the three weights
+        side by side (zoo.packing); the four Linears pack themselves."""
+        self.packed_qkv = PackedWeight()
+        return self
 
     def split_heads(self, x):
         b, t, _ = x.shape
@@ -96,9 +96,11 @@ class MultiHeadAttention(nn.Module):
 
     def project_qkv(self, x):
         """Queries, keys and values of x for self-attention: three (B, H, T, Dh) tensors."""
-        if self.packed_qkv is not None and self.packed_qkv.usable(x):
-            qkv = self.packed_qkv(x)  # (B, T, 3 D)
-            return tuple(self.split_heads(t) for t in qkv.chunk(3, dim=-1))
+        if self.packed_qkv is not None:
+            projections = (self.q_proj, self.k_proj, self.v_proj)
+            qkv = self.packed_qkv(x, [p.weight for p in projections], [p.bias for p in projections])  # (B, T, 3 D)
+            if qkv is not None:
+                return tuple(self.split_heads(t) for t in qkv.chunk(3, dim=-1))
         return self.split_heads(self.q_proj(x)), *self.project_kv(x)
 
     def forward(self, x, context=None, mask=None, kv=None, return_attention=False, head_mask=None):

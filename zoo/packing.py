@@ -4,17 +4,21 @@ PyTorch multiplies by a float32 weight on CPU with MKL's sgemm. On AMD processor
 project's machine, MKL runs the few-row products of decoding (one row per beam: (5, 256) @
 (256, 8000) for the translator's output projection) at about a third of the speed that oneDNN
 reaches once the weight has been reordered into its blocked layout: 0.61 ms against 0.21 ms for that
-product, 74 us against 46 us for a (5, 256) @ (256, 1024) feed-forward layer, single-threaded. This
-is what torch.compile's weight freezing does on CPU, done by hand for the layers that need it.
+product, 74 us against 46 us for a (5, 256) @ (256, 1024) feed-forward layer, single-threaded.
+(torch.compile's weight freezing packs float32 weights for MKL instead; that format measured no
+faster here.)
 
-The results are the same float32 products, summed in a different order (differences ~1e-6
-relative). A packed copy is used only while it is current and only for inference: when a weight or
-bias has changed in place since packing (load_state_dict and optimiser steps bump its version
-counter), when autograd is recording, or for an input that is not float32 on the CPU, the plain
-F.linear runs.
+pack() switches a layer to this path; the copy is made on the first call that can use it, so a path
+a model never takes costs no memory. The results are the same float32 products summed in another
+order (differences ~1e-6 relative). The copy serves only inference on float32 CPU tensors with
+oneDNN enabled, never a call that autograd records, and only while every weight and bias is still
+the very tensor it was made from, unchanged: a replaced, moved or edited parameter (load_state_dict,
+an optimiser step, .to()) gets a fresh copy on its next use.
 """
 
 from __future__ import annotations
+
+import platform
 
 import torch
 import torch.nn.functional as F
@@ -25,41 +29,62 @@ from torch import nn
 PACK_ROWS = 64
 
 
+# Measured on x86-64, where PyTorch's float32 products go to MKL; elsewhere PyTorch's default stays.
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+def onednn_ready():
+    return X86_64 and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+
+
 class PackedWeight:
-    """One or more (out, in) float32 weights, stacked along `out`, with their biases, reordered for
-    oneDNN: a single product then computes several projections of the same input. Where oneDNN
-    cannot pack (another device or dtype, a build without the op) it is never usable."""
+    """A oneDNN copy of one or more (out, in) weights stacked along `out`, with their biases: one
+    product then computes several projections of the same input (q, k and v)."""
 
-    @torch.no_grad()
-    def __init__(self, weights, biases=()):
-        biases = [b for b in biases if b is not None]
-        self.sources = [*weights, *biases]
-        self.versions = [t._version for t in self.sources]
-        self.bias = torch.cat(biases) if biases else None
-        self.packed = None
-        w = weights[0]
-        if w.device.type == "cpu" and w.dtype == torch.float32 and torch.backends.mkldnn.is_available():
-            try:
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat(weights), PACK_ROWS)
-            except (AttributeError, RuntimeError):  # a PyTorch build without this oneDNN op
-                self.packed = None
+    def __init__(self):
+        self.state = None  # (sources, their versions, their data pointers, packed weight, bias)
 
-    def usable(self, x):
-        """Whether the packed copy may stand in for its sources when multiplying x."""
-        return (self.packed is not None and x.device.type == "cpu" and x.dtype == torch.float32
-                and all(t._version == v for t, v in zip(self.sources, self.versions))
-                and not (torch.is_grad_enabled() and (x.requires_grad or self.sources[0].requires_grad)))
+    def __call__(self, x, weights, biases):
+        """x @ cat(weights).T + cat(biases), or None where the copy cannot serve this call (the
+        caller then runs F.linear). biases: one per weight, all tensors or all None."""
+        sources = [*weights, *(b for b in biases if b is not None)]
+        if not (onednn_ready() and x.device.type == "cpu" and x.dtype == torch.float32
+                and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in sources)):
+            return None
+        if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in sources)):
+            return None
+        state = self.state  # read once: another request may swap in a fresh copy meanwhile
+        if state is None or not current(state, sources):
+            state = self.state = make_copy(weights, biases, sources)
+        return torch.ops.mkldnn._linear_pointwise(x, state[3], state[4], "none", [], "")
 
-    def __call__(self, x):
-        """x @ W.T + b with the packed weight: (..., in) -> (..., out)."""
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+    # Copies and pickles (copy.deepcopy, torch.save) leave the oneDNN tensor behind: it has no
+    # storage to copy, and the copy makes its own on first use.
+    def __getstate__(self):
+        return {"state": None}
+
+
+def current(state, sources):
+    """Whether state was made from exactly these tensors, unchanged since."""
+    made_from, versions, pointers = state[:3]
+    return len(made_from) == len(sources) and all(
+        t is s and t._version == v and t.data_ptr() == p
+        for t, s, v, p in zip(sources, made_from, versions, pointers))
+
+
+@torch.no_grad()
+def make_copy(weights, biases, sources):
+    if len({b is None for b in biases}) > 1:
+        raise ValueError("packed projections must all have a bias or all have none")
+    bias = None if biases[0] is None else torch.cat(biases)
+    packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat(weights), PACK_ROWS)
+    return sources, [t._version for t in sources], [t.data_ptr() for t in sources], packed, bias
 
 
 def linear(x, weight, bias=None, packed=None):
-    """F.linear(x, weight, bias), through `packed` (a PackedWeight of them) when it is usable."""
-    if packed is not None and packed.usable(x):
-        return packed(x)
-    return F.linear(x, weight, bias)
+    """F.linear(x, weight, bias), through `packed` (a PackedWeight, or None) where it can serve."""
+    y = None if packed is None else packed(x, [weight], [bias])
+    return F.linear(x, weight, bias) if y is None else y
 
 
 class Linear(nn.Linear):
@@ -68,7 +93,8 @@ class Linear(nn.Linear):
     packed = None
 
     def pack(self):
-        self.packed = PackedWeight([self.weight], [self.bias])
+        self.packed = PackedWeight()
+        return self
 
     def forward(self, x):
         return linear(x, self.weight, self.bias, self.packed)

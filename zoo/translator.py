@@ -89,6 +89,7 @@ class DecoderState:
     def repeat_rows(self, k):
         """Each batch row k times in a row (beam search's copies of a sentence); returns self. Called
         before any step, so the encoder's keys/values are computed once per sentence, then copied."""
+        assert self.length == 0, "repeat_rows() comes before the first step"
         rows = lambda t: t.repeat_interleave(k, 0)  # noqa: E731
         self.cross_kv = [(rows(kv[0]), rows(kv[1])) for kv in self.cross_kv]
         self.memory = rows(self.memory)
@@ -153,10 +154,8 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         return self.enc_ln(x), mask, tuple(maps) if return_attention else ()
 
     def encoder_kv(self, memory):
-        """Each decoder layer's cross-attention keys and values of the encoder output memory.
-
-        Stored contiguous: the head-split views would otherwise be copied by every step's matmuls."""
-        return [tuple(t.contiguous() for t in block.cross_attn.project_kv(memory)) for block in self.decoder]
+        """Each decoder layer's cross-attention keys and values of the encoder output memory."""
+        return [block.cross_attn.project_kv(memory) for block in self.decoder]
 
     def start_state(self, memory, src_mask, head_mask=None):
         cross_kv = self.encoder_kv(memory)
@@ -199,7 +198,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
     def pack(self):
         """Pack the Linears and the tied output projection, the largest product of a decoding step
         (zoo.packing); returns self."""
-        self.packed_head = PackedWeight([self.embed.weight])
+        self.packed_head = PackedWeight()
         return super().pack()
 
     # ----- search ------------------------------------------------------------------------------
