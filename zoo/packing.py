@@ -30,11 +30,12 @@ PACK_ROWS = 64
 
 
 # Measured on x86-64, where PyTorch's float32 products go to MKL; elsewhere PyTorch's default stays.
-X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+ONEDNN_BUILD = platform.machine().lower() in ("x86_64", "amd64") and torch.backends.mkldnn.is_available()
 
 
 def onednn_ready():
-    return X86_64 and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+    """Whether packed products can run now (oneDNN present, and not switched off by the user)."""
+    return ONEDNN_BUILD and torch.backends.mkldnn.enabled
 
 
 class PackedWeight:
@@ -42,21 +43,24 @@ class PackedWeight:
     product then computes several projections of the same input (q, k and v)."""
 
     def __init__(self):
-        self.state = None  # (sources, their versions, their data pointers, packed weight, bias)
+        # (key of the sources it was made from, packed weight, bias, the sources): the sources are
+        # held so that no other tensor can take their ids while the key is in use.
+        self.state = None
 
     def __call__(self, x, weights, biases):
         """x @ cat(weights).T + cat(biases), or None where the copy cannot serve this call (the
         caller then runs F.linear). biases: one per weight, all tensors or all None."""
-        sources = [*weights, *(b for b in biases if b is not None)]
-        if not (onednn_ready() and x.device.type == "cpu" and x.dtype == torch.float32
-                and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in sources)):
+        sources = weights + biases if biases[0] is not None else weights
+        if not (x.is_cpu and x.dtype == torch.float32 and onednn_ready()):
             return None
         if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in sources)):
             return None
         state = self.state  # read once: another request may swap in a fresh copy meanwhile
-        if state is None or not current(state, sources):
+        if state is None or state[0] != source_key(sources):
+            if not all(t.is_cpu and t.dtype == torch.float32 for t in sources):
+                return None
             state = self.state = make_copy(weights, biases, sources)
-        return torch.ops.mkldnn._linear_pointwise(x, state[3], state[4], "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, state[1], state[2], "none", [], "")
 
     # Copies and pickles (copy.deepcopy, torch.save) leave the oneDNN tensor behind: it has no
     # storage to copy, and the copy makes its own on first use.
@@ -64,12 +68,10 @@ class PackedWeight:
         return {"state": None}
 
 
-def current(state, sources):
-    """Whether state was made from exactly these tensors, unchanged since."""
-    made_from, versions, pointers = state[:3]
-    return len(made_from) == len(sources) and all(
-        t is s and t._version == v and t.data_ptr() == p
-        for t, s, v, p in zip(sources, made_from, versions, pointers))
+def source_key(sources):
+    """Which tensors, in which state: a replaced parameter changes its id, a moved or reassigned one
+    (.to(), .data =) its data pointer, an edited one (load_state_dict, optimiser steps) its version."""
+    return [(id(t), t.data_ptr(), t._version) for t in sources]
 
 
 @torch.no_grad()
@@ -78,7 +80,7 @@ def make_copy(weights, biases, sources):
         raise ValueError("packed projections must all have a bias or all have none")
     bias = None if biases[0] is None else torch.cat(biases)
     packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat(weights), PACK_ROWS)
-    return sources, [t._version for t in sources], [t.data_ptr() for t in sources], packed, bias
+    return source_key(sources), packed, bias, sources
 
 
 def linear(x, weight, bias=None, packed=None):
