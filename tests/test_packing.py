@@ -2,6 +2,7 @@
 
 import copy
 import io
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ def seeded_linear(n_in, n_out, bias=True, seed=0):
 
 
 def served_packed(layer):
-    """Whether the layer's last call went through a oneDNN copy of its current weights."""
+    """Whether the layer has a oneDNN copy of its current weights (made by a call that used it)."""
     return layer.packed.state is not None and layer.packed.state[3][0] is layer.weight
 
 
@@ -55,6 +56,14 @@ def test_packing_serves_inference_only(monkeypatch):
     with torch.inference_mode():
         layer(x)
     assert layer.packed.state is None  # oneDNN switched off: the plain path
+
+
+def test_an_input_that_wants_a_gradient_gets_one_through_frozen_weights():
+    layer = seeded_linear(16, 8).pack().requires_grad_(False)
+    x = torch.randn(4, 16, requires_grad=True)
+    layer(x).sum().backward()
+    torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(4, 16))
+    assert layer.packed.state is None
 
 
 def test_a_frozen_weight_with_a_trainable_bias_still_gets_gradients():
@@ -163,3 +172,43 @@ def test_zoo_serves_packed_sorters_that_predict_like_plain_ones():
     assert torch.equal(got.argmax(-1), expected.argmax(-1))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert all(s["model"].head.packed is not None for s in zoo.snapshots("sorter-pe"))
+
+
+def test_fused_and_tied_copies_follow_each_of_their_sources():
+    model = TransformerTranslator(**TINY).eval().pack()
+    src = torch.tensor([[5, 9, 13, 2]])
+    model.greedy(src)
+    with torch.no_grad():
+        model.decoder[0].self_attn.k_proj.weight.mul_(1.5)  # one third of a fused q/k/v copy
+        model.embed.weight.mul_(0.5)  # the tied output projection
+    plain = TransformerTranslator(**TINY).eval()
+    plain.load_state_dict(model.state_dict())
+    ids, logits = model.greedy(src)
+    ids_plain, logits_plain = plain.greedy(src)
+    assert torch.equal(ids, ids_plain)
+    torch.testing.assert_close(logits, logits_plain, atol=1e-5, rtol=1e-5)
+
+
+def test_projections_with_and_without_bias_fall_back_to_plain_products():
+    attn = MultiHeadAttention(32, 4).eval().pack()
+    attn.k_proj.bias = None
+    x = torch.randn(2, 3, 32)
+    with torch.inference_mode():
+        got = attn.project_qkv(x)
+        expected = (attn.split_heads(F.linear(x, attn.q_proj.weight, attn.q_proj.bias)),
+                    attn.split_heads(F.linear(x, attn.k_proj.weight)),
+                    attn.split_heads(F.linear(x, attn.v_proj.weight, attn.v_proj.bias)))
+    assert attn.packed_qkv.state is None
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+def test_concurrent_requests_share_one_packed_model():
+    model = TransformerTranslator(**TINY).eval().pack()
+    plain = TransformerTranslator(**TINY).eval()
+    plain.load_state_dict(model.state_dict())
+    g = torch.Generator().manual_seed(0)
+    sources = [torch.randint(3, 60, (2, n), generator=g) for n in range(3, 11)] * 4
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda src: model.beam_search(src, 3), sources))
+    assert got == [plain.beam_search(src, 3) for src in sources]

@@ -12,8 +12,10 @@ pack() switches a layer to this path; the copy is made on the first call that ca
 a model never takes costs no memory. The results are the same float32 products summed in another
 order (differences ~1e-6 relative). The copy serves only inference on float32 CPU tensors with
 oneDNN enabled, never a call that autograd records, and only while every weight and bias is still
-the very tensor it was made from, unchanged: a replaced, moved or edited parameter (load_state_dict,
-an optimiser step, .to()) gets a fresh copy on its next use.
+the tensor it was made from, at the same address and version: a replaced, moved or edited parameter
+(load_state_dict, an optimiser step, .to(), .data = ...) gets a fresh copy on its next use. Writes
+that bypass the version counter (in place through .data, or through a NumPy view) cannot be seen:
+call pack() again after them.
 """
 
 from __future__ import annotations
@@ -50,16 +52,24 @@ class PackedWeight:
     def __call__(self, x, weights, biases):
         """x @ cat(weights).T + cat(biases), or None where the copy cannot serve this call (the
         caller then runs F.linear). biases: one per weight, all tensors or all None."""
-        sources = weights + biases if biases[0] is not None else weights
         if not (x.is_cpu and x.dtype == torch.float32 and onednn_ready()):
             return None
+        if biases[0] is None:
+            if any(b is not None for b in biases):  # some projections with a bias, some without
+                return None
+            sources = weights
+        else:
+            if any(b is None for b in biases):
+                return None
+            sources = weights + biases
         if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in sources)):
             return None
         state = self.state  # read once: another request may swap in a fresh copy meanwhile
-        if state is None or state[0] != source_key(sources):
+        key = source_key(sources)  # taken before copying, so a change made meanwhile is seen next call
+        if state is None or state[0] != key:
             if not all(t.is_cpu and t.dtype == torch.float32 for t in sources):
                 return None
-            state = self.state = make_copy(weights, biases, sources)
+            state = self.state = make_copy(key, weights, biases, sources)
         return torch.ops.mkldnn._linear_pointwise(x, state[1], state[2], "none", [], "")
 
     # Copies and pickles (copy.deepcopy, torch.save) leave the oneDNN tensor behind: it has no
@@ -70,17 +80,16 @@ class PackedWeight:
 
 def source_key(sources):
     """Which tensors, in which state: a replaced parameter changes its id, a moved or reassigned one
-    (.to(), .data =) its data pointer, an edited one (load_state_dict, optimiser steps) its version."""
+    (.to(), .data = ...) its data pointer, one edited in place (load_state_dict, optimiser steps)
+    its version."""
     return [(id(t), t.data_ptr(), t._version) for t in sources]
 
 
 @torch.no_grad()
-def make_copy(weights, biases, sources):
-    if len({b is None for b in biases}) > 1:
-        raise ValueError("packed projections must all have a bias or all have none")
+def make_copy(key, weights, biases, sources):
     bias = None if biases[0] is None else torch.cat(biases)
     packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat(weights), PACK_ROWS)
-    return source_key(sources), packed, bias, sources
+    return key, packed, bias, sources
 
 
 def linear(x, weight, bias=None, packed=None):
