@@ -26,7 +26,7 @@ def seeded_linear(n_in, n_out, bias=True, seed=0):
 
 def served_packed(layer):
     """Whether the layer has a oneDNN copy of its current weights (made by a call that used it)."""
-    return layer.packed.state is not None and layer.packed.state[3][0] is layer.weight
+    return layer.packed.state is not None and layer.packed.state.sources[0] is layer.weight
 
 
 @pytest.mark.parametrize("shape", [(5, 256), (5, 1, 256), (3, 7, 256), (1, 256)])
@@ -118,7 +118,7 @@ def test_packed_models_copy_and_pickle():
         assert other.packed_head.state is None  # made again on first use, from its own weights
         assert torch.equal(other.greedy(src)[0], expected)
         assert (other.packed_head.state is not None) == ONEDNN
-        assert other.packed_head.state is None or other.packed_head.state[3][0] is other.embed.weight
+        assert other.packed_head.state is None or other.packed_head.state.sources[0] is other.embed.weight
 
 
 def test_packing_keeps_parameters_and_state_dict():

@@ -21,6 +21,7 @@ call pack() again after them.
 from __future__ import annotations
 
 import platform
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -40,37 +41,38 @@ def onednn_ready():
     return ONEDNN_BUILD and torch.backends.mkldnn.enabled
 
 
+class PackedCopy(NamedTuple):
+    key: list  # source_key of the sources it was made from
+    weight: torch.Tensor  # oneDNN's blocked layout of the stacked weights
+    bias: torch.Tensor | None
+    sources: list  # held, so that no other tensor can take their ids while the key is in use
+
+
 class PackedWeight:
     """A oneDNN copy of one or more (out, in) weights stacked along `out`, with their biases: one
     product then computes several projections of the same input (q, k and v)."""
 
     def __init__(self):
-        # (key of the sources it was made from, packed weight, bias, the sources): the sources are
-        # held so that no other tensor can take their ids while the key is in use.
-        self.state = None
+        self.state = None  # a PackedCopy, made on first use
 
     def __call__(self, x, weights, biases):
         """x @ cat(weights).T + cat(biases), or None where the copy cannot serve this call (the
         caller then runs F.linear). biases: one per weight, all tensors or all None."""
         if not (x.is_cpu and x.dtype == torch.float32 and onednn_ready()):
             return None
-        if biases[0] is None:
-            if any(b is not None for b in biases):  # some projections with a bias, some without
-                return None
-            sources = weights
-        else:
-            if any(b is None for b in biases):
-                return None
-            sources = weights + biases
+        present = [b for b in biases if b is not None]
+        if 0 < len(present) < len(biases):  # some projections with a bias, some without
+            return None
+        sources = weights + present
         if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in sources)):
             return None
         state = self.state  # read once: another request may swap in a fresh copy meanwhile
         key = source_key(sources)  # taken before copying, so a change made meanwhile is seen next call
-        if state is None or state[0] != key:
+        if state is None or state.key != key:
             if not all(t.is_cpu and t.dtype == torch.float32 for t in sources):
                 return None
-            state = self.state = make_copy(key, weights, biases, sources)
-        return torch.ops.mkldnn._linear_pointwise(x, state[1], state[2], "none", [], "")
+            state = self.state = make_copy(key, weights, present, sources)
+        return torch.ops.mkldnn._linear_pointwise(x, state.weight, state.bias, "none", [], "")
 
     # Copies and pickles (copy.deepcopy, torch.save) leave the oneDNN tensor behind: it has no
     # storage to copy, and the copy makes its own on first use.
@@ -87,9 +89,10 @@ def source_key(sources):
 
 @torch.no_grad()
 def make_copy(key, weights, biases, sources):
-    bias = None if biases[0] is None else torch.cat(biases)
+    """biases: one per weight, or none at all."""
+    bias = torch.cat(biases) if biases else None
     packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat(weights), PACK_ROWS)
-    return key, packed, bias, sources
+    return PackedCopy(key, packed, bias, sources)
 
 
 def linear(x, weight, bias=None, packed=None):
