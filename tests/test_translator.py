@@ -56,8 +56,9 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["plain", "packed"])
 def decoding_model(request, tiny_model):
-    """The tiny model as trained, and with its weights packed for inference as zoo.load does."""
-    return TransformerTranslator.from_pretrained(tiny_model[1]).pack() if request.param == "packed" else tiny_model[0]
+    """The tiny model as trained, and with its weights packed for inference as zoo.load does (every
+    weight, however small: pack(0))."""
+    return TransformerTranslator.from_pretrained(tiny_model[1]).pack(0) if request.param == "packed" else tiny_model[0]
 
 
 def test_reads_gz_splits_and_explains_missing_files(tmp_path):
@@ -290,7 +291,7 @@ def test_committed_translator_is_packed_and_its_cache_exact():
 
 def test_packed_model_searches_and_explains_like_the_plain_one(tiny_model):
     plain = tiny_model[0]
-    packed = TransformerTranslator.from_pretrained(tiny_model[1]).pack()
+    packed = TransformerTranslator.from_pretrained(tiny_model[1]).pack(0)
     texts = ["A woman sleeps near 3 trees.", "A dog eats.", "The girl plays in the park with a man."]
     assert packed.translate(texts, beam_size=4) == plain.translate(texts, beam_size=4)
     off = {"cross": torch.tensor([[1.0, 0, 1, 1], [1, 1, 1, 0]])}

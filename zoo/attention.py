@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .packing import Linear, PackedWeight
+from .packing import PACK_MIN_ELEMENTS, Linear, worth_packing
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
@@ -76,10 +76,10 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = Linear(d_model, d_model, bias=bias)
         self.packed_qkv = None  # set by pack()
 
-    def pack(self):
+    def pack(self, min_elements=PACK_MIN_ELEMENTS):
         """For inference, self-attention projects q, k and v in one product with the three weights
         side by side (zoo.packing); the four Linears pack themselves."""
-        self.packed_qkv = PackedWeight()
+        self.packed_qkv = worth_packing(3 * self.q_proj.weight.numel(), min_elements)
         return self
 
     def split_heads(self, x):
@@ -121,6 +121,11 @@ class MultiHeadAttention(nn.Module):
         weights are returned) but its output is zeroed before the heads are merged. It is an
         argument of the call, never module state, so concurrent callers cannot see each other's."""
         p = self.dropout if self.training else 0.0
+        if q.size(-2) == 1 and not (return_attention or head_mask is not None or p):
+            # One query (a decoding step) whose weights nobody looks at: PyTorch's fused kernel, one
+            # call instead of five (9.6 against 16 us on 2 threads). For longer queries it was slower.
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, 1, Dh)
+            return self.out_proj(self.merge_heads(out)), None
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T_q, Dh)
         if head_mask is not None:
             out = out * head_mask.to(out.dtype).view(1, -1, 1, 1)
@@ -143,6 +148,13 @@ class FeedForward(nn.Sequential):
 
     def __init__(self, d_model, d_ff):
         super().__init__(Linear(d_model, d_ff), nn.GELU(), Linear(d_ff, d_model))
+
+    def forward(self, x):
+        up, gelu, down = self
+        # The GELU is handed to the first product, which applies it inside the same oneDNN call when
+        # its weight is packed (zoo.packing) and after F.linear otherwise: one operation fewer per
+        # decoding step, the same (B, T, d_ff) activations.
+        return down(up(x, gelu))
 
 
 class EncoderBlock(nn.Module):

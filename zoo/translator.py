@@ -17,7 +17,7 @@ from torch import nn
 
 from .attention import EncoderBlock, FeedForward, MultiHeadAttention, causal_mask, key_padding_mask, sinusoidal_positions
 from .hub import ZooModel, resolve_file
-from .packing import PackedWeight, linear
+from .packing import PACK_MIN_ELEMENTS, linear, worth_packing
 
 TOKENIZER_FILE = "tokenizer.json"
 # Beam search ranks hypotheses by log-probability / length**LENGTH_PENALTY; 1.0 scored best on the
@@ -195,11 +195,11 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         memory, src_mask = self.encode(src)[:2]
         return self.decode(tgt_in, self.start_state(memory, src_mask))[0]
 
-    def pack(self):
+    def pack(self, min_elements=PACK_MIN_ELEMENTS):
         """Pack the Linears and the tied output projection, the largest product of a decoding step
         (zoo.packing); returns self."""
-        self.packed_head = PackedWeight()
-        return super().pack()
+        self.packed_head = worth_packing(self.embed.weight.numel(), min_elements)
+        return super().pack(min_elements)
 
     # ----- search ------------------------------------------------------------------------------
     def max_target_len(self, src_len):
