@@ -100,7 +100,9 @@ class MultiHeadAttention(nn.Module):
             projections = (self.q_proj, self.k_proj, self.v_proj)
             qkv = self.packed_qkv(x, [p.weight for p in projections], [p.bias for p in projections])  # (B, T, 3 D)
             if qkv is not None:
-                return tuple(self.split_heads(t) for t in qkv.chunk(3, dim=-1))
+                b, t, _ = qkv.shape
+                qkv = qkv.view(b, t, 3, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+                return tuple(qkv.unbind(0))
         return self.split_heads(self.q_proj(x)), *self.project_kv(x)
 
     def forward(self, x, context=None, mask=None, kv=None, return_attention=False, head_mask=None):
