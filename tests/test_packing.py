@@ -60,6 +60,15 @@ def test_packing_serves_inference_only(monkeypatch):
     assert layer.packed.state is None  # oneDNN switched off: the plain path
 
 
+def test_a_layer_made_under_inference_mode_runs_plain_products():
+    with torch.inference_mode():  # its parameters are inference tensors, whose edits have no version
+        layer = seeded_linear(16, 8).pack(0)
+        x = torch.randn(3, 16)
+        got = layer(x)
+    assert layer.packed.state is None
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias))
+
+
 def test_an_input_that_wants_a_gradient_gets_one_through_frozen_weights():
     layer = seeded_linear(16, 8).pack(0).requires_grad_(False)
     x = torch.randn(4, 16, requires_grad=True)

@@ -80,7 +80,10 @@ class PackedWeight:
         if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in sources)):
             return None
         state = self.state  # read once: another request may swap in a fresh copy meanwhile
-        key = source_key(sources)  # taken before copying, so a change made meanwhile is seen next call
+        try:
+            key = source_key(sources)  # taken before copying, so a change made meanwhile is seen next call
+        except RuntimeError:  # inference tensors (made under torch.inference_mode) have no version to check
+            return None
         if state is None or state.key != key:
             if not all(t.is_cpu and t.dtype == torch.float32 for t in sources):
                 return None
