@@ -127,9 +127,9 @@ class MultiHeadAttention(nn.Module):
             # One query (a decoding step) whose weights nobody looks at: PyTorch's fused kernel, one
             # call instead of five (9.6 against 16 us on 2 threads; a fully masked row gives zeros
             # here too). For 9-17 queries it was slower on 2 threads (47 against 29 us at 9).
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, 1, Dh)
-            return self.out_proj(self.merge_heads(out)), None
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T_q, Dh)
+            out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None  # (B, H, 1, Dh)
+        else:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T_q, Dh)
         if head_mask is not None:
             out = out * head_mask.to(out.dtype).view(1, -1, 1, 1)
         return self.out_proj(self.merge_heads(out)), (weights if return_attention else None)

@@ -88,10 +88,9 @@ class PackedWeight:
             if not all(t.is_cpu and t.dtype == torch.float32 for t in sources):
                 return None
             state = self.state = make_copy(key, weights, present, sources)
-        if activation is None:
-            return torch.ops.mkldnn._linear_pointwise(x, state.weight, state.bias, "none", [], "")
-        # GELU as oneDNN's post-op: exact (erf, approximate="none") or tanh, as nn.GELU computes it.
-        return torch.ops.mkldnn._linear_pointwise(x, state.weight, state.bias, "gelu", [], activation.approximate)
+        # A GELU is oneDNN's post-op: exact (erf, approximate="none") or tanh, as nn.GELU computes it.
+        attr, algorithm = ("none", "") if activation is None else ("gelu", activation.approximate)
+        return torch.ops.mkldnn._linear_pointwise(x, state.weight, state.bias, attr, [], algorithm)
 
     # Copies and pickles (copy.deepcopy, torch.save) leave the oneDNN tensor behind: it has no
     # storage to copy, and the copy makes its own on first use.
