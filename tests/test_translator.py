@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import math
 import random
 import shutil
 
@@ -16,7 +17,7 @@ from training.multi30k import load_split
 from training.subwords import train_tokenizer
 from zoo.hub import load_int8, save_int8
 from zoo.packing import onednn_ready
-from zoo.translator import TransformerTranslator
+from zoo.translator import TransformerTranslator, top_candidates
 
 SUBJECTS = [("A man", "Ein Mann"), ("A woman", "Eine Frau"), ("A dog", "Ein Hund"), ("A child", "Ein Kind"),
             ("The girl", "Das Mädchen"), ("An old man", "Ein alter Mann")]
@@ -201,6 +202,19 @@ def test_cached_beam_search_equals_recomputing(decoding_model, cache):
     model = decoding_model
     src = model.batch_source(["A woman plays at the beach.", "A dog waits under a bridge."])
     assert model.beam_search(src, 4, cache="full") == model.beam_search(src, 4, cache=cache)
+
+
+@pytest.mark.parametrize("shape, n", [((1, 40000), 10), ((3, 4000), 6), ((2, 250), 4), ((2, 300), 5)])
+def test_top_candidates_equal_topk(shape, n):
+    """Beam search's chunked top-k (the last two shapes take topk itself): the same scores, each id
+    pointing at its score, with dead beams (-inf) and ties at the top spread over several chunks."""
+    scores = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    scores[0, : shape[1] // 2] = -math.inf
+    scores[-1, 7:: shape[1] // 3] = scores[-1].max()  # three equal best scores, in three chunks
+    values, ids = top_candidates(scores, n)
+    assert torch.equal(values, scores.topk(n, dim=1).values)
+    assert torch.equal(scores.gather(1, ids), values)
+    assert all(len(set(row)) == n for row in ids.tolist())
 
 
 def test_unknown_cache_mode_is_refused(tiny_model):

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .attention import EncoderBlock, FeedForward, MultiHeadAttention, causal_mask, key_padding_mask, sinusoidal_positions
+from .attention import (EncoderBlock, FeedForward, MultiHeadAttention, causal_mask, key_padding_mask, residual,
+                        sinusoidal_positions)
 from .hub import ZooModel, resolve_file
 from .packing import PACK_MIN_ELEMENTS, linear, worth_packing
 
@@ -48,11 +49,11 @@ class DecoderBlock(nn.Module):
             k = torch.cat([past_kv[0], k], dim=2)  # (B, H, T_past + T_new, Dh)
             v = torch.cat([past_kv[1], v], dim=2)
         a, self_w = self.self_attn.attend(q, k, v, self_mask, return_attention, self_head_mask)
-        x = x + self.drop(a)
+        x = residual(x, a, self.drop)
         a, cross_w = self.cross_attn(self.ln2(x), mask=cross_mask, kv=cross_kv,
                                      return_attention=return_attention, head_mask=cross_head_mask)
-        x = x + self.drop(a)
-        x = x + self.drop(self.ff(self.ln3(x)))
+        x = residual(x, a, self.drop)
+        x = residual(x, self.ff(self.ln3(x)), self.drop)
         return x, (k, v), self_w, cross_w
 
 
@@ -104,6 +105,23 @@ class DecoderState:
                         for kv in self.self_kv]
 
 
+def top_candidates(scores, n, chunk=100):
+    """scores.topk(n, dim=1) for (B, N) scores, faster when N is large: beam search ranks
+    beam_size * vocab_size candidates per sentence each step (40,000 here: 34-41 us against 70-110).
+
+    The n chunks with the largest maxima hold every top-n entry, since any entry of another chunk is
+    beaten by those n maxima; so only n * chunk entries are searched. Equal scores may come back in
+    another order than topk's."""
+    b, total = scores.shape
+    if total % chunk or total // chunk <= n:
+        return scores.topk(n, dim=1)
+    chunks = scores.view(b, total // chunk, chunk)  # (B, N / chunk, chunk)
+    best = chunks.amax(-1).topk(n, dim=1).indices  # (B, n): the chunks that hold the top n
+    picked = chunks.gather(1, best[:, :, None].expand(-1, -1, chunk)).view(b, n * chunk)  # (B, n * chunk)
+    values, at = picked.topk(n, dim=1)  # (B, n)
+    return values, best.gather(1, at // chunk) * chunk + at % chunk
+
+
 class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "de"],
                             tags=["translation", "multi30k"]):
     """Encoder-decoder Transformer with one embedding matrix shared by source, target and output.
@@ -135,8 +153,8 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
     # ----- the network -------------------------------------------------------------------------
     def embed_tokens(self, ids, offset=0):
         """Scaled embedding + sinusoidal position, positions starting at `offset`."""
-        x = self.embed(ids) * math.sqrt(self.d_model)  # (B, T, D)
-        return self.drop(x + self.pe[offset: offset + ids.size(1)])
+        x = self.embed(ids) * math.sqrt(self.d_model) + self.pe[offset: offset + ids.size(1)]  # (B, T, D)
+        return self.drop(x) if self.training else x  # skipped in eval, where dropout is the identity
 
     def encode(self, src, return_attention=False, head_mask=None):
         """src (B, S) ids, right-padded -> memory (B, S, D), its key mask (B, 1, 1, S) and the
@@ -262,7 +280,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
             logp = self.next_logits(ys, state, cache).float().log_softmax(-1)  # (B*K, V)
             vocab = logp.size(-1)
             cand = (scores.view(-1, 1) + logp).view(b, k * vocab)
-            top_scores, top_ids = cand.topk(2 * k, dim=1)  # (B, 2K): enough to refill K beams
+            top_scores, top_ids = top_candidates(cand, 2 * k)  # (B, 2K): enough to refill K beams
             next_rows, next_tok, next_scores = [], [], []
             for i in range(b):
                 rows, toks, scs = [], [], []
