@@ -163,9 +163,10 @@ def write_translator_card(folder):
                                        f"**{run['median_ms_translate']} ms** end to end" for run in lat["runs"])
                      + ". The model as zoo.load returns it multiplies by weights packed once for oneDNN (zoo/packing.py): on this "
                      "AMD CPU, MKL's float32 products are about three times slower for the few rows of a decoding "
-                     "step. Each step still reads every weight once either way, and for one short sentence that "
-                     "read and PyTorch's fixed cost per operation are a large part of a step, so the cache's gain "
-                     "grows with output length and batch size.\n")
+                     "step. A cached step of one sentence multiplies only one row per beam, so PyTorch's fixed cost "
+                     "per operation (83 operations per step) is a large part of it, and the no-cache decoder's larger "
+                     "products make better use of a second core: the cache's gain grows with output length and batch "
+                     "size, and is smaller on more threads.\n")
     lines += ["## Use\n", LOAD_SNIPPET.format(name=folder.name, module="translator", cls="TransformerTranslator"),
               "", "```python\nmodel.translate([\"A man is riding a bicycle.\"], beam_size=5)\n"
               "info = model.explain(\"A dog runs in the snow.\")      # tokens, attention maps, top-5 per step\n"
