@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .attention import (EncoderBlock, FeedForward, MultiHeadAttention, causal_mask, key_padding_mask, residual,
+from .attention import (EncoderBlock, FeedForward, MultiHeadAttention, causal_mask, dropped, key_padding_mask,
                         sinusoidal_positions)
 from .hub import ZooModel, resolve_file
 from .packing import PACK_MIN_ELEMENTS, linear, worth_packing
@@ -49,11 +49,11 @@ class DecoderBlock(nn.Module):
             k = torch.cat([past_kv[0], k], dim=2)  # (B, H, T_past + T_new, Dh)
             v = torch.cat([past_kv[1], v], dim=2)
         a, self_w = self.self_attn.attend(q, k, v, self_mask, return_attention, self_head_mask)
-        x = residual(x, a, self.drop)
+        x = x + dropped(a, self.drop)
         a, cross_w = self.cross_attn(self.ln2(x), mask=cross_mask, kv=cross_kv,
                                      return_attention=return_attention, head_mask=cross_head_mask)
-        x = residual(x, a, self.drop)
-        x = residual(x, self.ff(self.ln3(x)), self.drop)
+        x = x + dropped(a, self.drop)
+        x = x + dropped(self.ff(self.ln3(x)), self.drop)
         return x, (k, v), self_w, cross_w
 
 
@@ -154,7 +154,7 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
     def embed_tokens(self, ids, offset=0):
         """Scaled embedding + sinusoidal position, positions starting at `offset`."""
         x = self.embed(ids) * math.sqrt(self.d_model) + self.pe[offset: offset + ids.size(1)]  # (B, T, D)
-        return self.drop(x) if self.training else x  # skipped in eval, where dropout is the identity
+        return dropped(x, self.drop)
 
     def encode(self, src, return_attention=False, head_mask=None):
         """src (B, S) ids, right-padded -> memory (B, S, D), its key mask (B, 1, 1, S) and the
