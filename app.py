@@ -16,7 +16,7 @@ import gradio as gr
 import torch
 
 from ui import basics, compare, links, phobert, sorter, translator
-from ui.common import preload
+from ui.common import on, preload
 
 # The Space has 2 vCPUs. Each event runs at most CONCURRENCY requests at once (Gradio's limit is
 # per event), and PyTorch gets one thread per request on such a machine: concurrent requests then
@@ -48,10 +48,10 @@ CSS = """
 .sorter-marks .bad {background: #fde2e1; color: #7f1d1d;}
 """
 
-# Show the message of errors raised while Gradio checks API input (a slider sent "abc", a missing
-# argument): they are the only ones that reach the user unwrapped, since every callback turns its own
-# failures into worded gr.Error messages (ui.common.user_errors).
-SHOW_ERROR = True
+# Every callback turns its failures into worded, escaped gr.Error messages (ui.common.user_errors),
+# which Gradio always shows. Its own errors are not shown: they can quote the caller's input as sent
+# (a call missing an argument lists the ones it had), and the browser renders them as HTML.
+SHOW_ERROR = False
 
 MISSING = preload(["sorter-pe", "sorter-nope", "translator-en-de"])
 if os.environ.get("ATTENTION_LAB_PRELOAD_PHOBERT", "1") != "0":
@@ -66,15 +66,18 @@ with gr.Blocks(title="Attention Lab") as demo:
         basics.build(demo)  # fills itself on load; only the tab itself is linkable
     # Page load: first apply a shared link's query parameters (?tab=...&...), then render every tab
     # with the inputs it now holds, so the page opens with results already shown.
-    registered = [(name, len(part["inputs"])) for name, part in tab_parts.items()]
+    link_params = {name: part["params"] for name, part in tab_parts.items()}
+    link_inputs = [p.component for params in link_params.values() for p in params]
 
     def restore_link(request: gr.Request):
-        return links.restore(registered, request)
+        tab, values, notice = links.restore(dict(request.query_params) if request else {}, link_params)
+        if notice:
+            gr.Warning(notice, duration=20)
+        return [gr.Tabs(selected=tab) if tab else gr.skip()] + [values.get(c, gr.skip()) for c in link_inputs]
 
-    restored = demo.load(restore_link, None, [tabs] + [c for part in tab_parts.values() for c in part["inputs"]],
-                         api_visibility="private")
+    restored = on(demo.load, restore_link, None, [tabs] + link_inputs, api_visibility="private")
     for part in tab_parts.values():  # each tab renders on its own: one failing does not stop the others
-        restored.then(*part["load"], api_visibility="private")
+        restored.then(*part["load"], api_visibility="private", preprocess=False)
 
 demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
 

@@ -7,6 +7,7 @@ skips these tests; in CI (CI=1, set by .ci/run) a missing browser is a failure.
 import os
 import shutil
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -217,3 +218,39 @@ def test_html_in_tokens_is_shown_as_text(page):
     page.wait_for_timeout(500)
     assert page.locator("img[src='x']").count() == 0 and page.locator("#phobert-heatmap b").count() == 0
     assert dialogs == []
+
+
+# Markup a phishing link would carry; every element it could create has an id starting "pwn".
+LINK_PAYLOADS = [
+    '<a id="pwn-a" href="https://example.invalid/login">Session expired: sign in again</a><img id="pwn-img" src=x '
+    'onerror=alert(1)>',
+    '<svg id="pwn-svg" onload=alert(2)></svg><iframe id="pwn-frame" src="https://example.invalid"></iframe>',
+    '[Sign in again](javascript:alert(3)) <span id="pwn-span" style="color:red">Your account is locked</span>',
+]
+TAB_PLOTS = {"sorter": "sorter-heatmap", "compare": "compare-pe", "translator": "translator-cross",
+             "phobert": "phobert-heatmap"}
+INJECTED = ("document.querySelectorAll('[id^=pwn], a[href^=\"javascript\"], a[href*=\"example.invalid\"], "
+            "iframe[src*=\"example.invalid\"]').length")
+
+
+@pytest.mark.parametrize("payload", LINK_PAYLOADS)
+@pytest.mark.parametrize("tab", list(TAB_PLOTS))
+def test_hostile_link_opens_the_tab_with_a_text_notice(browser, app_url, tab, payload):
+    """Every parameter of the tab set to the payload: the tab still renders, one notice names the
+    refused parameters as text, and nothing of the payload becomes an element or a dialog."""
+    import app
+
+    params = app.tab_parts[tab]["params"]
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    dialogs = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    pg.goto(app_url + "?" + urlencode({"tab": tab, **{p.name: payload for p in params}}), wait_until="domcontentloaded")
+    assert plot_rendered(pg, TAB_PLOTS[tab]) >= 1
+    toast = pg.locator("[data-testid=toast-text]").filter(has_text="defaults are shown instead").first
+    toast.wait_for(timeout=30_000)
+    text = toast.inner_text()
+    refused = [p.name for p in params if f"{p.name}:" in text]
+    assert len(refused) >= 2 and "must be" in text
+    assert pg.evaluate(INJECTED) == 0 and dialogs == []
+    context.close()

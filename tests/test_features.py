@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 import zoo
-from ui import compare, export, links, sorter
+from ui import compare, export, sorter
 from ui.common import head_mask, head_names
 from zoo.sorter import DigitSorter, accuracy, eval_set
 from zoo.stats import diagonal_share, entropy, head_table, sorter_answer_keys, target_key_share
@@ -173,43 +173,6 @@ def test_export_escapes_token_text():
     svg = open(files[2], encoding="utf-8").read()
     ET.fromstring(svg)  # still well-formed XML
     assert "<img" not in svg and "&lt;img src=x onerror=alert(1)&gt;" in svg
-
-
-# ----- shareable links ---------------------------------------------------------------------------
-def test_link_round_trip():
-    query = links.link_query("sorter", "4 4 1 9 1 4 0 9", "sorter-nope", "2", "3", 4, ["L1H2", "L2H1"])
-    assert query.startswith("?tab=sorter&digits=4+4+1+9+1+4+0+9&model=sorter-nope")
-    params = dict(p.split("=", 1) for p in query[1:].split("&"))
-    request = SimpleNamespace(query_params={k: v.replace("+", " ").replace("%2C", ",") for k, v in params.items()})
-    registered = [("sorter", 6), ("compare", 4)]
-    out = links.restore(registered, request)
-    assert out[0].selected == "sorter"
-    assert out[1:7] == ["4 4 1 9 1 4 0 9", "sorter-nope", "2", "3", 4, ["L1H2", "L2H1"]]
-    assert all(isinstance(v, type(gr.skip())) for v in out[7:])  # other tabs keep their defaults
-
-
-def test_every_tab_input_has_a_link_parameter(app_url):
-    import app  # after app_url: that fixture sets the app's environment before the first import
-
-    for name, part in app.tab_parts.items():
-        assert len(links.PARAMS[name]) == len(part["inputs"]), name  # restore() would silently drop the rest
-
-
-def test_translator_link_round_trip():
-    values = ["A dog runs.", 3, "Ein Hund rennt.", "cross-attention", "2", "average", ["cross L1H2"], 1]
-    query = links.link_query("translator", *values)
-    assert "&snapshot=1" in query and "&off=cross+L1H2" in query
-    params = dict(p.split("=", 1) for p in query[1:].split("&"))
-    request = SimpleNamespace(query_params={k: v.replace("+", " ").replace("%2C", ",") for k, v in params.items()})
-    out = links.restore([("sorter", 6), ("translator", 8)], request)
-    assert out[0].selected == "translator" and out[7:] == values
-
-
-def test_link_without_parameters_changes_nothing():
-    out = links.restore([("sorter", 6)], SimpleNamespace(query_params={}))
-    assert all(isinstance(v, type(gr.skip())) for v in out)
-    out = links.restore([("sorter", 6)], SimpleNamespace(query_params={"tab": "nonsense", "digits": "1"}))
-    assert all(isinstance(v, type(gr.skip())) for v in out)
 
 
 def test_model_snapshot_files_are_small():

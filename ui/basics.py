@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 import zoo
 from ui import plots
-from ui.common import model, user_errors
+from ui.common import model, on, user_errors
 from zoo import basics
 
 DEFAULT_VECTORS = "\n".join("[" + ", ".join(map(str, v)) + "]" for v in basics.ARTICLE_VECTORS)
@@ -332,7 +332,7 @@ def build(demo):
     """The "Attention basics" tab; every panel is filled on page load with the article's defaults."""
 
     def on_load(fn, inputs, outputs, name):
-        demo.load(fn, inputs, outputs, api_name=f"basics_{name}_load", api_visibility="private")
+        on(demo.load, fn, inputs, outputs, api_name=f"basics_{name}_load", api_visibility="private")
 
     with gr.Tab("Attention basics", id="basics"):
         gr.Markdown("How attention works, one step at a time, computed live from your settings. The defaults "
@@ -356,7 +356,7 @@ def build(demo):
             qkv_table = gr.Dataframe(label="Weights and row sums", interactive=False, elem_id="basics-qkv-table")
             qkv_out = gr.Dataframe(label="Output = weights · V", interactive=False, elem_id="basics-qkv-output")
         qkv_in, qkv_outs = [q_box, k_box, v_box], [qkv_heat, qkv_table, qkv_out]
-        qkv_btn.click(qkv, qkv_in, qkv_outs, api_name="basics_qkv")
+        on(qkv_btn.click, qkv, qkv_in, qkv_outs, api_name="basics_qkv")
         on_load(qkv, qkv_in, qkv_outs, "qkv")
 
         gr.Markdown("### 2. Why divide by √d_k\nWith q and k of unit-variance random entries, q·k is a sum of "
@@ -372,7 +372,7 @@ def build(demo):
             scale_std = gr.Plot(label="Spread", elem_id="basics-scale-std")
             scale_peak = gr.Plot(label="Peakedness", elem_id="basics-scale-peak")
         scale_outs = [scale_table, scale_std, scale_peak, scale_text]
-        dk.release(scaling, [dk], scale_outs, api_name="basics_scaling")
+        on(dk.release, scaling, [dk], scale_outs, api_name="basics_scaling")
         on_load(scaling, [dk], scale_outs, "scaling")
 
         gr.Markdown("### 3. Masks\nA mask says which keys each query may look at. The causal mask hides the "
@@ -392,7 +392,7 @@ def build(demo):
             dec_fig = gr.Plot(label="Weights, causal + padding", elem_id="basics-mask-causal-weights")
         mask_text = gr.Markdown(elem_id="basics-mask-summary")
         mask_in, mask_outs = [n_tok, n_pad, wrong], [causal_fig, padding_fig, enc_fig, dec_fig, mask_text]
-        gr.on([n_tok.release, n_pad.release, wrong.change], masks, mask_in, mask_outs, api_name="basics_masks")
+        on([n_tok.release, n_pad.release, wrong.change], masks, mask_in, mask_outs, api_name="basics_masks")
         on_load(masks, mask_in, mask_outs, "masks")
 
         gr.Markdown("### 4. Positional encoding\nAttention itself ignores order, so each position adds a "
@@ -408,7 +408,7 @@ def build(demo):
         pe_probe = gr.Dataframe(label="First dimensions of the read position", interactive=False,
                                 elem_id="basics-pe-probe-table")
         pe_in, pe_outs = [n_pos, d_model, probe], [pe_fig, pe_probe]
-        gr.on([n_pos.release, d_model.release, probe.submit], positions, pe_in, pe_outs, api_name="basics_positions")
+        on([n_pos.release, d_model.release, probe.submit], positions, pe_in, pe_outs, api_name="basics_positions")
         on_load(positions, pe_in, pe_outs, "positions")
 
         gr.Markdown("**Permutation check**: shuffle the tokens, run attention, put the outputs back in order. "
@@ -419,7 +419,7 @@ def build(demo):
         perm_table = gr.Dataframe(interactive=False, elem_id="basics-perm-table")
         perm_text = gr.Markdown(elem_id="basics-perm-summary")
         perm_in, perm_outs = [d_model, perm_seed], [perm_table, perm_text]
-        gr.on([perm_btn.click, d_model.release], permutation, perm_in, perm_outs, api_name="basics_permutation")
+        on([perm_btn.click, d_model.release], permutation, perm_in, perm_outs, api_name="basics_permutation")
         on_load(permutation, perm_in, perm_outs, "permutation")
 
         gr.Markdown("### 5. The quadratic cost\nEvery query meets every key, so the score matrix has T² entries. "
@@ -431,7 +431,7 @@ def build(demo):
             cost_mem = gr.Plot(label="Memory", elem_id="basics-cost-memory")
         cost_table = gr.Dataframe(interactive=False, elem_id="basics-cost-table")
         cost_text = gr.Markdown("Press **Measure** to time it here.", elem_id="basics-cost-summary")
-        cost_btn.click(cost, None, [cost_time, cost_mem, cost_table, cost_text], api_name="basics_cost",
+        on(cost_btn.click, cost, None, [cost_time, cost_mem, cost_table, cost_text], api_name="basics_cost",
                        concurrency_limit=1)
 
         gr.Markdown("### 6. Verification\nOur multi-head attention against `nn.MultiheadAttention` and "
@@ -442,7 +442,7 @@ def build(demo):
             ver_mask = gr.Radio(list(basics.MASKINGS), value="none", label="mask", elem_id="basics-verify-mask")
             ver_btn = gr.Button("Compare", elem_id="basics-verify-run")
         ver_table = gr.Dataframe(interactive=False, elem_id="basics-verify-table")
-        gr.on([ver_btn.click, ver_mask.change], verify, [ver_seed, ver_mask], [ver_table], api_name="basics_verify")
+        on([ver_btn.click, ver_mask.change], verify, [ver_seed, ver_mask], [ver_table], api_name="basics_verify")
         on_load(verify, [ver_seed, ver_mask], [ver_table], "verify")
 
         gr.Markdown("### 7. Parameter accounting\nWhere each zoo model's parameters live. The sorter's 101,258 "
@@ -453,5 +453,5 @@ def build(demo):
         params_fig = gr.Plot(label="Shares", elem_id="basics-params-shares")
         params_text = gr.Markdown(elem_id="basics-params-notes")
         params_outs = [params_table, params_fig, params_text]
-        params_btn.click(parameters, None, params_outs, api_name="basics_params")
+        on(params_btn.click, parameters, None, params_outs, api_name="basics_params")
         on_load(parameters, None, params_outs, "params")

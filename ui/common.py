@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import html
 import logging
 import threading
 import unicodedata
@@ -54,8 +53,7 @@ def user_errors(fn):
         except gr.Error:
             raise
         except (ValueError, FileNotFoundError) as e:
-            # Gradio renders error messages as HTML and ours may quote user input: escape it.
-            raise gr.Error(html.escape(str(e), quote=False), print_exception=False) from None
+            raise gr.Error(as_text(str(e)), print_exception=False) from None
         except Exception as e:  # noqa: BLE001 - the last line of defence for a public app
             log.exception("callback %s failed", fn.__name__)
             raise gr.Error(f"{fn.__name__} failed unexpectedly ({type(e).__name__}). "
@@ -63,6 +61,14 @@ def user_errors(fn):
                            print_exception=False) from None
 
     return wrapper
+
+
+def on(triggers, fn, inputs=None, outputs=None, **kwargs):
+    """Every event of the app is wired here, with preprocess=False: Gradio's own checks of an input
+    (a radio's choices, a slider's range) would refuse a bad value with a message that quotes it,
+    and the browser renders that message as HTML. The callbacks check every value themselves and
+    answer with worded, escaped errors (user_errors), so the values reach them as sent."""
+    return gr.on(triggers, fn, inputs, outputs, preprocess=False, **kwargs)
 
 
 def check_text(text, what, max_chars):
@@ -87,12 +93,20 @@ def choose(value, choices, what):
     return value
 
 
+# Look-alikes for HTML's special characters: a message that quotes input keeps its meaning for the
+# reader, and neither the browser (which renders toasts as HTML) nor an API client that shows it in
+# a page of its own can turn it into markup.
+LOOKALIKES = str.maketrans({"<": "‹", ">": "›", "&": "＆"})
+
+
+def as_text(message):
+    """A message that is safe wherever it is shown: HTML's special characters as look-alikes."""
+    return message.translate(LOOKALIKES)
+
+
 def quote(text, limit=30):
     """A short, printable excerpt of user input for an error message."""
-    text = "".join(c if c.isprintable() else "�" for c in str(text))
-    # Look-alikes for HTML's special characters keep the message readable in the browser (which
-    # renders it as HTML) and for API clients (which get it verbatim).
-    text = text.translate(str.maketrans({"<": "‹", ">": "›", "&": "＆"}))
+    text = as_text("".join(c if c.isprintable() else "�" for c in str(text)))
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 

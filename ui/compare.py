@@ -7,9 +7,10 @@ import numpy as np
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import model, select_head_map, user_errors, whole_number
+from ui.common import model, on, select_head_map, user_errors, whole_number
 from ui.export import export_files
-from ui.sorter import DEFAULT, EXAMPLES, FINAL_SNAPSHOT, HEAD_CHOICES, LAYER_CHOICES, parse_digits, pick_net, run_sorter
+from ui.sorter import (DEFAULT, EXAMPLES, FINAL_SNAPSHOT, HEAD_CHOICES, LAYER_CHOICES, linked_digits, parse_digits, pick_net,
+                       run_sorter)
 from zoo import CHECKPOINTS
 from zoo.sorter import sequence_ceiling_without_positions, sorting_ceiling_without_positions
 
@@ -137,13 +138,15 @@ def build(demo):
         with gr.Row():
             export_btn = gr.Button("Export these views (JSON, CSV, SVG, PNG)", elem_id="compare-export")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="compare-files")
-        inputs, outputs = [digits, layer, head, snapshot], [answer, pe_map, nope_map, diff_map]
-        btn.click(compare, inputs, outputs, api_name="compare")
-        digits.submit(compare, inputs, outputs, api_visibility="private")
-        gr.on([layer.input, head.input, snapshot.release], compare, inputs, outputs, api_visibility="private",
+        params = [links.Param("digits", digits, linked_digits), links.Param("layer", layer), links.Param("head", head),
+                  links.Param("step", snapshot)]
+        inputs, outputs = [p.component for p in params], [answer, pe_map, nope_map, diff_map]
+        on(btn.click, compare, inputs, outputs, api_name="compare")
+        on(digits.submit, compare, inputs, outputs, api_visibility="private")
+        on([layer.input, head.input, snapshot.release], compare, inputs, outputs, api_visibility="private",
               trigger_mode="always_last")
-        export_btn.click(export_compare, inputs, files, api_name="compare_export")
-        links.add_link_button("compare", inputs)
+        on(export_btn.click, export_compare, inputs, files, api_name="compare_export")
+        links.add_link_button("compare", params)
 
         gr.Markdown("### Permutation test\nShuffle the input and see which model's answers simply follow the digits.")
         with gr.Row():
@@ -153,11 +156,11 @@ def build(demo):
         perm_table = gr.Dataframe(headers=["model", "output (original)", "output (shuffled input)",
                                            "original output, permuted", "outputs move with digits",
                                            "max attention gap"], interactive=False)
-        shuffle.click(permutation_test, [digits, seed], [perm_text, perm_table], api_name="permutation_test")
+        on(shuffle.click, permutation_test, [digits, seed], [perm_text, perm_table], api_name="permutation_test")
 
         gr.Markdown("### Accuracy on 5,000 fresh sequences, and training")
         with gr.Row():
             gr.Dataframe(accuracy_table(), headers=["model", "per-position accuracy", "whole-sequence accuracy",
                                                     "sequences"], interactive=False, elem_id="compare-accuracy")
             gr.Plot(loss_curves(), label="Training loss", elem_id="compare-loss")
-    return {"inputs": inputs, "load": (compare, inputs, outputs)}
+    return {"params": params, "load": (compare, inputs, outputs)}

@@ -1,83 +1,183 @@
 """Shareable links: the tab and its inputs travel in the URL's query string.
 
 `?tab=sorter&digits=4+4+1+9+1+4+0+9&model=sorter-nope&layer=2&head=3` reopens the app on that tab
-with those inputs, rendered. A parameter that is missing keeps the input's default; a bad value is
-refused by the tab's own checks, with the same messages as typed input.
+with those inputs, rendered. Anyone can write a link, so no value in it reaches a component
+unchecked: each is held against the rule of the component it fills (its choices, its range and
+step, its length cap) and, where the tab gives one, against the tab's own check (the sorter's
+digits must be 8 digits). A value that fails keeps the input's default, and one notice names each
+refused parameter, says what it accepts and quotes the value as text.
+
+The rules come from the components themselves, so a parameter added to a tab is checked without a
+line here; a kind of component without a rule is refused when the tab is built.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode
 
 import gradio as gr
 
-# For each tab, its query parameters in the order of the tab's `inputs` (see each build()), with
-# their kind: text, number (sliders, numbers), list (multi-selects, comma-separated) or flag.
-PARAMS = {
-    "sorter": [("digits", "text"), ("model", "text"), ("layer", "text"), ("head", "text"), ("step", "number"),
-               ("off", "list")],
-    "compare": [("digits", "text"), ("layer", "text"), ("head", "text"), ("step", "number")],
-    "translator": [("text", "text"), ("beam", "number"), ("ref", "text"), ("view", "text"), ("layer", "text"),
-                   ("head", "text"), ("off", "list"), ("snapshot", "number")],
-    "phobert": [("text", "text"), ("segment", "flag"), ("layer", "number"), ("head", "number"),
-                ("token", "number"), ("view", "text")],
-    "basics": [],
-}
-MAX_VALUE = 2000  # characters per parameter; longer ones are cut (the tab then refuses them)
+from ui.common import as_text, on, quote
+
+MAX_TEXT = 2000  # characters, for a text box without its own cap
+FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
-def decode(kind, raw):
-    raw = raw[:MAX_VALUE]
-    if kind == "list":
-        return [p.strip() for p in raw.split(",") if p.strip()]
-    if kind == "flag":
-        return raw.lower() not in ("0", "false", "no", "off")
-    if kind == "number":
-        try:
-            number = float(raw)
-        except ValueError:
-            return raw  # the tab's check explains what is accepted
-        return int(number) if number.is_integer() else number
+@dataclass(frozen=True)
+class Param:
+    """One query parameter of a tab's link: its name, the input it fills, and optionally the tab's
+    own check of the value (raises ValueError with a worded message; returns the value to use)."""
+
+    name: str
+    component: gr.components.Component
+    check: Callable[[Any], Any] | None = None
+
+
+def choice_values(component):
+    return [value for _, value in component.choices]
+
+
+def many(component):
+    """Whether the component holds a list of choices (checkbox group, multi-select dropdown)."""
+    return isinstance(component, gr.CheckboxGroup) or (isinstance(component, gr.Dropdown) and component.multiselect)
+
+
+def listed(values, most=8):
+    """'a, b, c' or, for long lists, 'a, b, c, …, z (36 in all)'."""
+    names = [str(v) for v in values]
+    if len(names) <= most:
+        return ", ".join(names)
+    return ", ".join(names[:3]) + f", …, {names[-1]} ({len(names)} in all)"
+
+
+def number_rule(component):
+    """(lowest, highest, step or None) of a slider or number box; step 1 for a whole-number box."""
+    if isinstance(component, gr.Slider):
+        return component.minimum, component.maximum, component.step
+    step = 1 if component.precision == 0 else None
+    return component.minimum, component.maximum, step
+
+
+def accepted(component):
+    """What a link may give for this component, in words."""
+    if isinstance(component, gr.Checkbox):
+        return "1 or 0 (or true/false, yes/no, on/off)"
+    if many(component):
+        return "a comma-separated list of: " + listed(choice_values(component))
+    if isinstance(component, (gr.Radio, gr.Dropdown)):
+        return "one of: " + listed(choice_values(component))
+    if isinstance(component, (gr.Slider, gr.Number)):
+        lo, hi, step = number_rule(component)
+        if step == 1 and float(lo).is_integer():
+            return f"a whole number from {lo:g} to {hi:g}"
+        return f"a number from {lo:g} to {hi:g}" + (f" in steps of {step:g}" if step else "")
+    if isinstance(component, gr.Textbox):
+        return f"text of at most {component.max_length or MAX_TEXT:,} characters"
+    raise TypeError(f"links have no rule for a {type(component).__name__}; add one to ui/links.py")
+
+
+def parse(component, raw):
+    """The value the component should hold for the link's text `raw`; ValueError if it may not."""
+    refused = ValueError(f"must be {accepted(component)}; the link gave {quote(raw)}")
+    if isinstance(component, gr.Checkbox):
+        if raw.strip().lower() not in FLAGS:
+            raise refused
+        return FLAGS[raw.strip().lower()]
+    if many(component):
+        items = [item.strip() for item in raw.split(",") if item.strip()]
+        if any(item not in choice_values(component) for item in items) or len(set(items)) < len(items):
+            raise refused
+        return items
+    if isinstance(component, (gr.Radio, gr.Dropdown)):
+        if raw not in choice_values(component) and not (isinstance(component, gr.Dropdown)
+                                                         and component.allow_custom_value):
+            raise refused
+        return raw
+    if isinstance(component, (gr.Slider, gr.Number)):
+        return parse_number(raw, *number_rule(component), refused)
+    if len(raw) > (component.max_length or MAX_TEXT):
+        raise refused
     return raw
 
 
-def encode(kind, value):
-    if kind == "list":
+def parse_number(raw, lo, hi, step, refused):
+    try:
+        x = float(raw)
+    except ValueError:
+        raise refused from None
+    if not (math.isfinite(x) and (lo is None or x >= lo) and (hi is None or x <= hi)):
+        raise refused
+    steps = (x - (lo or 0)) / step if step else 0
+    if abs(steps - round(steps)) > 1e-9:
+        raise refused
+    return int(x) if x.is_integer() else x
+
+
+def read(param, raw):
+    """The checked value of one parameter, or ValueError saying what the parameter accepts."""
+    value = parse(param.component, raw)
+    return param.check(value) if param.check else value
+
+
+def restore(query: Mapping[str, str], tabs: Mapping[str, list[Param]]):
+    """(tab to open or None, {component: value} for the parameters that passed, notice or "").
+
+    Only the linked tab's own parameters are read; a link without `tab` changes nothing."""
+    tab = query.get("tab")
+    if tab is None:
+        return None, {}, ""
+    if tab not in tabs:
+        return None, {}, notice([f"tab: must be one of: {', '.join(tabs)}; the link gave {quote(tab)}"])
+    values, problems = {}, []
+    for param in tabs[tab]:
+        if param.name in query:
+            try:
+                values[param.component] = read(param, query[param.name])
+            except ValueError as e:
+                problems.append(f"{param.name}: {e}")
+    return tab, values, notice(problems)
+
+
+def notice(problems):
+    """One message for every refused parameter, safe as text in the toast that shows it (toasts
+    render HTML; quoted values already stand in look-alike characters)."""
+    if not problems:
+        return ""
+    lines = "\n".join(f"• {p}" for p in problems)
+    return as_text(f"This link had settings the app does not accept; their defaults are shown instead.\n{lines}")
+
+
+def encode(component, value):
+    if many(component):
         return ",".join(value or [])
-    if kind == "flag":
+    if isinstance(component, gr.Checkbox):
         return "1" if value else "0"
-    if kind == "number" and isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return "" if value is None else str(value)
 
 
-def link_query(tab, *values):
-    """'?tab=...&name=value...' for the given tab and its current input values."""
-    params = {"tab": tab}
-    params.update({name: encode(kind, v) for (name, kind), v in zip(PARAMS[tab], values) if v not in (None, "")})
-    return "?" + urlencode(params)
-
-
-def restore(tabs_inputs, request: gr.Request):
-    """On page load: the tab to select and, for every registered input, its value from the URL or
-    gr.skip() (leave the default). tabs_inputs: [(tab, n_inputs)] in registration order."""
-    query = dict(request.query_params) if request is not None else {}
-    tab = query.get("tab")
-    out = [gr.Tabs(selected=tab) if tab in PARAMS else gr.skip()]
-    for name, n_inputs in tabs_inputs:
-        for param, kind in PARAMS[name][:n_inputs]:
-            out.append(decode(kind, query[param]) if tab == name and param in query else gr.skip())
-    return out
+def link_query(tab, params, *values):
+    """'?tab=...&name=value...' for the given tab, its parameters and their current values."""
+    query = {"tab": tab}
+    query.update({p.name: encode(p.component, v) for p, v in zip(params, values) if v not in (None, "", [])})
+    return "?" + urlencode(query)
 
 
 # Runs in the browser: turn the query string from link_query into a full address.
 TO_URL_JS = "(q) => q && q.startsWith('?') ? window.location.origin + window.location.pathname + q : q"
 
 
-def add_link_button(tab, inputs):
+def add_link_button(tab, params):
     """A 'Link to this view' button + the box that shows the link, inside the current tab."""
     with gr.Row():
         btn = gr.Button("Link to this view", size="sm", elem_id=f"{tab}-link-button", scale=1)
         box = gr.Textbox(label="Shareable link", interactive=False, buttons=["copy"], elem_id=f"{tab}-link", scale=4)
-    btn.click(lambda *v: link_query(tab, *v), inputs, box, api_visibility="private").then(
-        None, box, box, js=TO_URL_JS, api_visibility="private")
+    for p in params:
+        accepted(p.component)  # a component without a link rule fails here, when the tab is built
+    on(btn.click, lambda *v: link_query(tab, params, *v), [p.component for p in params], box,
+       api_visibility="private").then(None, box, box, js=TO_URL_JS, api_visibility="private")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import html
 import threading
 
 import gradio as gr
 
 from ui import links, plots
-from ui.common import check_text, choose, log, user_errors, whole_number
+from ui.common import as_text, check_text, choose, log, on, quote, user_errors, whole_number
 from ui.export import export_files
 from zoo import phobert
 from zoo.stats import head_table
@@ -32,7 +31,7 @@ def run(text, segment):
     try:
         return phobert.explorer().analyze(text, segment=bool(segment))
     except phobert.PhobertUnavailable as e:
-        raise Unavailable(html.escape(str(e), quote=False), print_exception=False) from None
+        raise Unavailable(as_text(str(e)), print_exception=False) from None
 
 
 def head_view(result, layer, head, view):
@@ -140,6 +139,20 @@ def on_load(*args):
         return ("", UNAVAILABLE.format(reason=e.message), *[gr.skip()] * 11)
 
 
+def linked_text(text):
+    return check_text(text, "Vietnamese text", MAX_CHARS)
+
+
+def linked_token(value):
+    """A link's query token: a position among the (at most 256) tokens; the tab falls back to the
+    last word when the text is shorter."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"must be a whole number from 0 to 255; the link gave {quote(value)}") from None
+    return whole_number(number, "Token", 0, 255)
+
+
 def select_row(evt: gr.SelectData):
     return evt.row_value[0], evt.row_value[1]
 
@@ -195,15 +208,18 @@ def build(demo):
         with gr.Row():
             export_btn = gr.Button("Export the selected head (JSON, CSV, SVG, PNG)", elem_id="phobert-export")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="phobert-files")
-        inputs = [text, segment, layer, head, token, view]
+        link_params = [links.Param("text", text, linked_text), links.Param("segment", segment),
+                       links.Param("layer", layer), links.Param("head", head), links.Param("token", token, linked_token),
+                       links.Param("view", view)]
+        inputs = [p.component for p in link_params]
         outputs = [summary, status, overview, heat, top, entropy_fig, bos_fig, stats, params, token, layer, head,
                    result]
-        btn.click(analyze, inputs, outputs, api_name="phobert")
-        text.submit(analyze, inputs, outputs, api_visibility="private")
-        gr.on([layer.release, head.release, token.input, view.input], reselect,
-              [result, layer, head, token, view], [heat, top], api_visibility="private", trigger_mode="always_last")
-        stats.select(select_row, None, [layer, head], api_visibility="private").then(
-            reselect, [result, layer, head, token, view], [heat, top], api_visibility="private")
-        export_btn.click(export_view, [result, layer, head, view], files, api_name="phobert_export")
-        links.add_link_button("phobert", inputs)
-    return {"inputs": inputs, "load": (on_load, inputs, outputs)}
+        on(btn.click, analyze, inputs, outputs, api_name="phobert")
+        on(text.submit, analyze, inputs, outputs, api_visibility="private")
+        on([layer.release, head.release, token.input, view.input], reselect,
+           [result, layer, head, token, view], [heat, top], api_visibility="private", trigger_mode="always_last")
+        on(stats.select, select_row, None, [layer, head], api_visibility="private").then(
+            reselect, [result, layer, head, token, view], [heat, top], api_visibility="private", preprocess=False)
+        on(export_btn.click, export_view, [result, layer, head, view], files, api_name="phobert_export")
+        links.add_link_button("phobert", link_params)
+    return {"params": link_params, "load": (on_load, inputs, outputs)}

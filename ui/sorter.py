@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import (choose, head_mask, head_names, model, quote, select_head_map, snapshots, user_errors,
+from ui.common import (choose, head_mask, head_names, model, on, quote, select_head_map, snapshots, user_errors,
                        whole_number)
 from ui.export import export_files
 from zoo import CHECKPOINTS
@@ -54,6 +54,12 @@ def parse_digits(text):
     if len(parts) != SEQ_LEN:
         raise ValueError(f"Got {len(parts)} digits; the sorter takes exactly {SEQ_LEN}, e.g. 7 2 9 2 5 0 8 3.")
     return [int(p) for p in parts]
+
+
+def linked_digits(text):
+    """A link's digits: kept as written when they parse (ui.links checks every link value)."""
+    parse_digits(text)
+    return text
 
 
 def check_model(name):
@@ -207,16 +213,19 @@ def build(demo):
         with gr.Row():
             export_btn = gr.Button("Export this view (JSON, CSV, SVG, PNG)", elem_id="sorter-export")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="sorter-files")
-        inputs = [digits, choice, layer, head, snapshot, ablate]
+        params = [links.Param("digits", digits, linked_digits), links.Param("model", choice),
+                  links.Param("layer", layer), links.Param("head", head), links.Param("step", snapshot),
+                  links.Param("off", ablate)]
+        inputs = [p.component for p in params]
         outputs = [answer, marks, heat, overview, note, stats]
-        btn.click(sort_digits, inputs, outputs, api_name="sort")
-        digits.submit(sort_digits, inputs, outputs, api_visibility="private")
+        on(btn.click, sort_digits, inputs, outputs, api_name="sort")
+        on(digits.submit, sort_digits, inputs, outputs, api_visibility="private")
         # .input, not .change: only a user's own change reruns (a shared link sets values by code);
         # always_last: a change made while a run is in flight is run afterwards, not dropped
         rerun = dict(fn=sort_digits, inputs=inputs, outputs=outputs, api_visibility="private",
                      trigger_mode="always_last")
-        gr.on([choice.input, layer.input, head.input, snapshot.release, ablate.input], **rerun)
-        stats.select(select_head, None, [layer, head], api_visibility="private").then(**rerun)
-        export_btn.click(export_view, inputs, files, api_name="sort_export")
-        links.add_link_button("sorter", inputs)
-    return {"inputs": inputs, "load": (sort_digits, inputs, outputs)}
+        on([choice.input, layer.input, head.input, snapshot.release, ablate.input], **rerun)
+        on(stats.select, select_head, None, [layer, head], api_visibility="private").then(**rerun, preprocess=False)
+        on(export_btn.click, export_view, inputs, files, api_name="sort_export")
+        links.add_link_button("sorter", params)
+    return {"params": params, "load": (sort_digits, inputs, outputs)}

@@ -6,7 +6,7 @@ import gradio as gr
 
 from training.common import read_json
 from ui import links, plots
-from ui.common import (check_text, choose, head_mask, head_names, model, quote, select_head_map, snapshots,
+from ui.common import (check_text, choose, head_mask, head_names, model, on, quote, select_head_map, snapshots,
                        user_errors, whole_number)
 from ui.export import export_files
 from zoo import CHECKPOINTS
@@ -179,6 +179,19 @@ def export_view(info, component, layer, head):
     return files
 
 
+def linked_text(text):
+    """A link's sentence: within the caps the tab applies to typed text."""
+    return check_text(text, "English sentence", MAX_CHARS)
+
+
+def linked_reference(text):
+    return check_text(text, "German reference", MAX_CHARS) if text.strip() else ""
+
+
+def linked_snapshot(value):
+    return whole_number(value, "Training snapshot", 0, FINAL_SNAPSHOT)
+
+
 def select_row(evt: gr.SelectData):
     """A click on a statistics row shows that component, layer and head."""
     component, layer, head = evt.row_value[:3]
@@ -238,17 +251,21 @@ def build(demo):
         with gr.Row():
             export_btn = gr.Button("Export the selected map (JSON, CSV, SVG, PNG)", elem_id="translator-export")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="translator-files")
-        inputs = [text, beam, reference, component, layer, head, ablate, snapshot]
+        params = [links.Param("text", text, linked_text), links.Param("beam", beam),
+                  links.Param("ref", reference, linked_reference), links.Param("view", component),
+                  links.Param("layer", layer), links.Param("head", head), links.Param("off", ablate),
+                  links.Param("snapshot", snapshot, linked_snapshot)]
+        inputs = [p.component for p in params]
         outputs = [german, cross, step, step_bar, step_table, stats, ref_summary, ref_plot, ref_table, info, note]
-        btn.click(translate, inputs, outputs, api_name="translate")
-        text.submit(translate, inputs, outputs, api_visibility="private")
-        gr.on([ablate.input, snapshot.release], translate, inputs, outputs, api_visibility="private",
+        on(btn.click, translate, inputs, outputs, api_name="translate")
+        on(text.submit, translate, inputs, outputs, api_visibility="private")
+        on([ablate.input, snapshot.release], translate, inputs, outputs, api_visibility="private",
               trigger_mode="always_last")
         # .input, not .change: only a user's own change redraws (a shared link sets values by code)
         redraw = dict(fn=reselect, inputs=[info, component, layer, head, step], outputs=[cross, step_bar, step_table],
                       api_visibility="private", trigger_mode="always_last")
-        gr.on([component.input, layer.input, head.input, step.input], **redraw)
-        stats.select(select_row, None, [component, layer, head], api_visibility="private").then(**redraw)
-        export_btn.click(export_view, [info, component, layer, head], files, api_name="translator_export")
-        links.add_link_button("translator", inputs)
-    return {"inputs": inputs, "load": (translate, inputs, outputs)}
+        on([component.input, layer.input, head.input, step.input], **redraw)
+        on(stats.select, select_row, None, [component, layer, head], api_visibility="private").then(**redraw, preprocess=False)
+        on(export_btn.click, export_view, [info, component, layer, head], files, api_name="translator_export")
+        links.add_link_button("translator", params)
+    return {"params": params, "load": (translate, inputs, outputs)}
