@@ -34,10 +34,14 @@ def limit_malloc_arenas(n=2):
         pass
 
 
-limit_malloc_arenas()
-torch.set_num_threads(max(1, (os.cpu_count() or 2) // CONCURRENCY))
-logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-logging.getLogger("attention_lab").setLevel(logging.INFO)
+def configure_process():
+    """What the server process sets for itself, once, before it serves: malloc arenas, PyTorch's
+    threads (the cores split between the requests that run at once) and logging."""
+    limit_malloc_arenas()
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // CONCURRENCY))
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("attention_lab").setLevel(logging.INFO)
+
 
 CSS = """
 .sorter-marks {display: flex; gap: 6px; flex-wrap: wrap; margin: 4px 0;}
@@ -63,7 +67,7 @@ with gr.Blocks(title="Attention Lab") as demo:
     with gr.Tabs() as tabs:
         tab_parts = {"sorter": sorter.build(demo), "compare": compare.build(demo),
                      "translator": translator.build(demo), "phobert": phobert.build(demo)}
-        basics.build(demo)  # fills itself on load; only the tab itself is linkable
+        basics.build(demo)  # fills itself on load; it has no inputs to link
     # Page load: first apply a shared link's query parameters (?tab=...&...), then render every tab
     # with the inputs it now holds, so the page opens with results already shown.
     link_params = {name: part["params"] for name, part in tab_parts.items()}
@@ -89,6 +93,7 @@ def main(argv=None):
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     p.add_argument("--share", action="store_true", help="also create a public gradio.live link (needs internet)")
     args = p.parse_args(argv)
+    configure_process()
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS, show_error=SHOW_ERROR)
 
 

@@ -44,7 +44,7 @@ def test_sort_callback_values():
 
 def test_nope_sorter_marks_wrong_positions():
     answer, marks, *_ = sorter.sort_digits("7 2 9 2 5 0 8 3", "sorter-nope", "1", "average")
-    right = sum(a == b for a, b in zip(answer.split(), "0 2 2 3 5 7 8 9".split()))
+    right = sum(a == b for a, b in zip(answer.split(), "0 2 2 3 5 7 8 9".split(), strict=True))
     assert marks.count('class="digit ok"') == right < 8
     assert marks.count('class="digit bad"') == 8 - right
 
@@ -134,6 +134,7 @@ def test_phobert_tab_explains_missing_weights(monkeypatch, tmp_path):
 
 def test_phobert_callbacks_on_a_tiny_model(monkeypatch, tmp_path):
     from conftest import write_tiny_phobert
+
     from ui import phobert as tab
     from zoo import phobert
 

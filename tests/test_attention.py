@@ -6,9 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from zoo.attention import (
+    EncoderBlock,
+    MultiHeadAttention,
+    causal_mask,
+    key_padding_mask,
+    scaled_dot_product_attention,
+    sinusoidal_positions,
+)
 from zoo.basics import to_torch_mha
-from zoo.attention import (EncoderBlock, MultiHeadAttention, causal_mask, key_padding_mask,
-                           scaled_dot_product_attention, sinusoidal_positions)
 
 ATOL = 1e-6
 
@@ -54,7 +60,7 @@ def test_multihead_matches_nn_multiheadattention(masking):
         valid = torch.arange(ctx.size(1))[None, :] < torch.tensor([[ctx.size(1)], [4], [2]])
         mask = key_padding_mask(valid)
         kwargs["key_padding_mask"] = ~valid
-    out, w = ours(x, context=None if masking != "cross" else ctx, mask=mask, return_attention=True)
+    out, w = ours(x, kv=None if masking != "cross" else ours.project_kv(ctx), mask=mask, return_attention=True)
     ref_out, ref_w = ref(x, ctx, ctx, need_weights=True, average_attn_weights=False, **kwargs)
     assert w.shape == (b, h, t, ctx.size(1))
     assert torch.allclose(out, ref_out, atol=ATOL)
@@ -63,17 +69,18 @@ def test_multihead_matches_nn_multiheadattention(masking):
         assert (w.masked_select(~mask.expand_as(w)) == 0).all()
 
 
+@pytest.mark.parametrize("t_q", [1, 5])
 @pytest.mark.parametrize("lengths", [None, [9, 4, 2], [9, 4, 0]])
-def test_a_single_query_without_maps_matches_the_full_computation(lengths):
-    """A decoding step (one query, no maps asked for) takes PyTorch's fused kernel; it must give what
-    the step-by-step path gives when the maps are returned, a fully masked row (length 0) included."""
+def test_fused_path_matches_our_attention(t_q, lengths):
+    """Without maps, MultiHeadAttention takes PyTorch's fused kernel; it must give what our own
+    attention gives when the maps are returned, a fully masked row (length 0) included."""
     torch.manual_seed(2)
     mha = MultiHeadAttention(32, 4).eval()
-    x, ctx = torch.randn(3, 1, 32), torch.randn(3, 9, 32)
+    x, ctx = torch.randn(3, t_q, 32), torch.randn(3, 9, 32)
     mask = None if lengths is None else key_padding_mask(torch.arange(9)[None, :] < torch.tensor(lengths)[:, None])
-    fast, no_maps = mha(x, context=ctx, mask=mask)
-    full, w = mha(x, context=ctx, mask=mask, return_attention=True)
-    assert no_maps is None and w.shape == (3, 4, 1, 9)
+    fast, no_maps = mha(x, kv=mha.project_kv(ctx), mask=mask)
+    full, w = mha(x, kv=mha.project_kv(ctx), mask=mask, return_attention=True)
+    assert no_maps is None and w.shape == (3, 4, t_q, 9)
     assert torch.allclose(fast, full, atol=ATOL)
 
 

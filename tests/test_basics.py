@@ -163,7 +163,9 @@ def test_cost_caps_memory_and_time():
     res = basics.attention_cost(lengths=(256, 8192), repeats=1)  # 8192: a 1,074 MB score matrix
     assert [r["T"] for r in res["rows"]] == [256]
     assert res["skipped"][0][0] == 8192 and "300 MB cap" in res["skipped"][0][1]
-    assert 4 * 4096**2 * 4 / 1e6 == pytest.approx(268.4, abs=0.1)  # T = 4096 stays under the cap
+    # The cap is on B*H*T*T*4 bytes: at T = 512 and 4 heads, 4.19 MB.
+    assert [r["T"] for r in basics.attention_cost(lengths=(512,), repeats=1, max_mb=4.2)["rows"]] == [512]
+    assert basics.attention_cost(lengths=(512,), repeats=1, max_mb=4.1)["skipped"][0][0] == 512
 
 
 # ----- 6. Verification --------------------------------------------------------------------------

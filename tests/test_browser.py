@@ -179,7 +179,8 @@ def test_translator_tab(page):
         snapshot.fill("0")
         snapshot.press("Enter")
         page.locator("#translator-snapshot input[type=range]").dispatch_event("pointerup")
-        wait_value(page, "translator-note", f"v.startsWith('Snapshot after epoch {translator_tab.SNAPSHOT_EPOCHS[0]} ')")
+        first = translator_tab.SNAPSHOT_EPOCHS[0]
+        wait_value(page, "translator-note", f"v.startsWith('Snapshot after epoch {first} ')")
         shot(page, "translator-snapshot")
 
 

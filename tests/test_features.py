@@ -31,7 +31,7 @@ def test_snapshots_replay_training(name):
     x, y = eval_set(500, seed=3)
     assert accuracy(snaps[0]["model"], x, y)[0] < 0.2  # random initialisation: about chance
     final = zoo.load(name)
-    for (k, v), (k2, v2) in zip(snaps[-1]["model"].state_dict().items(), final.state_dict().items()):
+    for (k, v), (k2, v2) in zip(snaps[-1]["model"].state_dict().items(), final.state_dict().items(), strict=True):
         assert k == k2 and torch.equal(v, v2)  # the last snapshot is the final model
 
 
@@ -83,7 +83,8 @@ def test_ablation_reports_accuracy_with_and_without():
     answer, _, _, _, note, _ = sorter.sort_digits(EXAMPLE, "sorter-pe", "1", "average", sorter.FINAL_SNAPSHOT,
                                                   ["L2H1", "L2H2", "L2H3", "L2H4"])
     assert "Switched off L2H1, L2H2, L2H3, L2H4" in note and "1,000 fixed sequences" in note
-    ablated, intact = map(float, re.search(r"whole-sequence accuracy ([\d.]+) \(intact model ([\d.]+)\)", note).groups())
+    found = re.search(r"whole-sequence accuracy ([\d.]+) \(intact model ([\d.]+)\)", note)
+    ablated, intact = map(float, found.groups())
     assert intact >= 0.99 and ablated < 0.2
     assert answer != "0 2 2 3 5 7 8 9"
 

@@ -96,7 +96,7 @@ def test_every_endpoint_survives_hostile_input(client, app_url):
         outcomes = list(pool.map(lambda job: (job[0], *call(http, *job)), jobs))
 
     bad = []
-    for (name, args), (_, kind, message) in zip(jobs, outcomes):
+    for (name, args), (_, kind, message) in zip(jobs, outcomes, strict=True):
         if kind == "result" or kind == "rejected":
             continue
         text = str(message or "")

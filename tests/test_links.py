@@ -1,7 +1,6 @@
 """Shareable links: every parameter of every tab against hostile values, generated from the link
 table itself, so a parameter a tab adds later is covered without a line here."""
 
-import re
 from urllib.parse import parse_qsl, urlsplit
 
 import gradio as gr
@@ -102,7 +101,7 @@ def test_round_trip_of_every_tab(table):
         query = links.link_query(tab, params, *values)
         restored_tab, restored, notice = links.restore(dict(parse_qsl(urlsplit(query).query)), table)
         assert restored_tab == tab and notice == ""
-        for p, v in zip(params, values):
+        for p, v in zip(params, values, strict=True):
             if v not in (None, "", []):
                 assert restored[p.component] == v, (tab, p.name)
 
@@ -150,7 +149,8 @@ def test_api_callers_get_escaped_worded_errors(client):
               "Training snapshot must be a whole number from 0 to 6"),
              ("/sort", ["7 2 9 2 5 0 8 3", "sorter-pe", "1", "average", 6, [payload]], "Unknown head"),
              ("/compare", ["7 2 9 2 5 0 8 3", "1", payload, 6], "Head must be one of: 1, 2, 3, 4, average"),
-             ("/translate", ["A dog.", 5, "", payload, "1", "average", []], "Attention must be one of: cross-attention"),
+             ("/translate", ["A dog.", 5, "", payload, "1", "average", []],
+              "Attention must be one of: cross-attention"),
              ("/phobert", ["Xin chào", True, 1, 1, None, payload], "View must be one of: subword tokens, words")]
     for name, args, expected in calls:
         with pytest.raises(AppError) as err:

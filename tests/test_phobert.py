@@ -10,9 +10,9 @@ import huggingface_hub
 import numpy as np
 import pytest
 import torch
+from conftest import write_tiny_phobert, write_tiny_roberta
 from transformers import AutoConfig, AutoModel
 
-from conftest import write_tiny_phobert, write_tiny_roberta
 from zoo import phobert
 from zoo.phobert import PhobertExplorer, PhobertUnavailable, parameter_breakdown, top_attended
 from zoo.stats import row_entropy

@@ -9,7 +9,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 import zoo
-from training.bench_app import free_port, start_app
+from benchmarks.server import free_port, start_app
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [p for p in ROOT.rglob("*.py") if not {".git", "artifacts", "tests"} & set(p.parts)]
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.app
 def test_offline_start_without_phobert_weights():
     """HF_HUB_OFFLINE=1, an empty Hub cache, no PHOBERT_PATH: every other tab works and the
     PhoBERT endpoint explains what is missing and how to fix it. (The start-up time itself is
-    measured by `python -m training.bench_app`.)"""
+    measured by `python -m benchmarks.latency`.)"""
     port = free_port()
     proc, _ = start_app(port)
     try:
@@ -30,7 +30,9 @@ def test_offline_start_without_phobert_weights():
         if "translator-en-de" in zoo.available():
             assert "Mann" in client.predict("A man is riding a bicycle.", 5, "", "cross-attention", "1", "average",
                                             [], api_name="/translate")[0]
-        assert client.predict("[1, 0]\n[0, 1]", "", "", api_name="/basics_qkv") is not None
+        table = client.predict("[1, 0]\n[0, 1]", "", "", api_name="/basics_qkv")[1]
+        # softmax([1, 0] / sqrt(2)): e^0.707 / (e^0.707 + 1) = 0.670 on the diagonal
+        assert [row[1:3] for row in table["data"]] == [[0.67, 0.33], [0.33, 0.67]]
         with pytest.raises(AppError) as err:
             client.predict("Xin chào", True, 1, 1, None, "subword tokens", api_name="/phobert")
         message = str(err.value)
@@ -60,7 +62,8 @@ def test_manifest_catches_a_swapped_file(tmp_path, monkeypatch):
     for name in ("sorter-pe", "sorter-nope"):
         shutil.copytree(zoo.CHECKPOINTS / name, tmp_path / name)
     # swap the two models' weights: both files are valid safetensors of the right shapes
-    (tmp_path / "sorter-pe" / "model.safetensors").write_bytes((tmp_path / "sorter-nope" / "model.safetensors").read_bytes())
+    nope_weights = (tmp_path / "sorter-nope" / "model.safetensors").read_bytes()
+    (tmp_path / "sorter-pe" / "model.safetensors").write_bytes(nope_weights)
     monkeypatch.setattr(zoo, "CHECKPOINTS", tmp_path)
     with pytest.raises(ValueError, match="sorter-pe failed its integrity check.*model.safetensors"):
         zoo.load("sorter-pe")

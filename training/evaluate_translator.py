@@ -20,7 +20,8 @@ import torch
 from training.cards import write_translator_card
 from training.common import read_json, write_json
 from training.multi30k import SPLITS, load_split
-from zoo.translator import LENGTH_PENALTY, TransformerTranslator
+from zoo.decoding import LENGTH_PENALTY
+from zoo.translator import TransformerTranslator
 
 
 def score(hyps, refs):
@@ -46,7 +47,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = TransformerTranslator.from_pretrained(args.model_dir).pack()  # as zoo.load serves it
+    model = TransformerTranslator.from_pretrained(args.model_dir)
 
     splits = functools.cache(lambda split: load_split(split, args.data_dir))  # each split read once
 

@@ -22,6 +22,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import sacrebleu
 import torch
@@ -41,7 +42,7 @@ def encode_pairs(tok, en, de, max_len):
     eos = SPECIALS.index("</s>")
     src = [e.ids + [eos] for e in tok.encode_batch(en)]
     tgt = [d.ids + [eos] for d in tok.encode_batch(de)]
-    return [(s, t) for s, t in zip(src, tgt) if len(s) <= max_len and len(t) <= max_len]
+    return [(s, t) for s, t in zip(src, tgt, strict=True) if len(s) <= max_len and len(t) <= max_len]
 
 
 def make_batches(pairs, max_tokens, rng):
@@ -138,7 +139,7 @@ def save_snapshots(model, snapshots, out, val_en, val_de):
     return rows
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=None, help="folder with Multi30k <split>.{en,de}.gz (downloaded if absent)")
     p.add_argument("--out", default="zoo/checkpoints/translator-en-de")
@@ -169,14 +170,12 @@ def main(argv=None):
         args.snapshot_epochs = {e for e in (1, 3) if e <= args.epochs}
     elif any(e > args.epochs for e in args.snapshot_epochs):
         p.error(f"--snapshot-epochs {sorted(args.snapshot_epochs)} goes past --epochs {args.epochs}")
+    args.command = "python -m training.train_translator " + " ".join(sys.argv[1:] if argv is None else argv)
+    return args
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    seed_everything(args.seed)
-    device = pick_device(args.device)
-    dtype = pick_dtype(args.dtype, device)
-    t_start = time.time()
 
+def prepare_data(args):
+    """The tokenizer learnt on the training split, and the training and validation data."""
     train_en, train_de = load_split("train", args.data_dir)
     val_en, val_de = load_split("val", args.data_dir)
     if args.limit_train:
@@ -184,81 +183,106 @@ def main(argv=None):
     if args.limit_val:
         val_en, val_de = val_en[: args.limit_val], val_de[: args.limit_val]
     tok = train_tokenizer(train_en + train_de, args.vocab_size)
-    pairs = encode_pairs(tok, train_en, train_de, args.max_len)
-    val_pairs = encode_pairs(tok, val_en, val_de, args.max_len)
+    return SimpleNamespace(tokenizer=tok, pairs=encode_pairs(tok, train_en, train_de, args.max_len),
+                           val_pairs=encode_pairs(tok, val_en, val_de, args.max_len), val_en=val_en, val_de=val_de)
 
-    model = TransformerTranslator(vocab_size=tok.get_vocab_size(), d_model=args.d_model, n_head=args.n_head,
-                                  n_enc_layer=args.n_layer, n_dec_layer=args.n_layer, d_ff=args.d_ff,
-                                  dropout=args.dropout, max_len=args.max_len).attach_tokenizer(tok).to(device)
-    n_params = model.num_parameters()
-    print(f"{len(pairs)} training pairs, vocab {tok.get_vocab_size()}, {n_params:,} parameters, "
-          f"{device} {str(dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads", flush=True)
 
-    rng = random.Random(args.seed)
-    steps_per_epoch = len(make_batches(pairs, args.max_tokens, random.Random(0)))
-    total_steps = steps_per_epoch * args.epochs
+def train_epoch(model, opt, data, batches, step, total_steps, args, device, dtype):
+    """One pass over the batches. Returns the step count after it, the mean training loss per
+    target token and the tokens (source + target) it read."""
+    model.train()
+    tokens, loss_sum, loss_n = 0, 0.0, 0
+    bar = tqdm(batches, desc=f"step {step}", mininterval=5, leave=False)
+    for idx in bar:
+        src, tgt_in, tgt_out = collate(data.pairs, idx, model.pad_id, model.bos_id, device)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total_steps, args.warmup, args.lr)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            logits = model(src, tgt_in)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=model.pad_id,
+                               label_smoothing=args.label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        n = (tgt_out != model.pad_id).sum().item()
+        tokens += n + (src != model.pad_id).sum().item()
+        loss_sum, loss_n = loss_sum + loss.item() * n, loss_n + n
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+    return step, loss_sum / loss_n, tokens
+
+
+def fit(model, data, args, device, dtype):
+    """Train for args.epochs, validating after each. Returns the history, the last args.average
+    epochs' weights, the best epoch by greedy val BLEU (bleu, epoch, weights) and the snapshots."""
+    rng, t_start = random.Random(args.seed), time.time()
+    total_steps = len(make_batches(data.pairs, args.max_tokens, random.Random(0))) * args.epochs
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
-    val_batches = make_batches(val_pairs, args.max_tokens, random.Random(0))
+    val_batches = make_batches(data.val_pairs, args.max_tokens, random.Random(0))
     history, kept, best, step, snapshots = [], [], None, 0, {}
     for epoch in range(1, args.epochs + 1):
-        model.train()
-        t0, tokens, loss_sum, loss_n = time.time(), 0, 0.0, 0
-        bar = tqdm(make_batches(pairs, args.max_tokens, rng), desc=f"epoch {epoch}/{args.epochs}",
-                   mininterval=5, leave=False)
-        for idx in bar:
-            src, tgt_in, tgt_out = collate(pairs, idx, model.pad_id, model.bos_id, device)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, total_steps, args.warmup, args.lr)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                logits = model(src, tgt_in)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=model.pad_id,
-                                   label_smoothing=args.label_smoothing)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            n = (tgt_out != model.pad_id).sum().item()
-            tokens += n + (src != model.pad_id).sum().item()
-            loss_sum, loss_n = loss_sum + loss.item() * n, loss_n + n
-            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tokens / (time.time() - t0):.0f}", refresh=False)
+        t0 = time.time()
+        step, train_loss, tokens = train_epoch(model, opt, data, make_batches(data.pairs, args.max_tokens, rng), step,
+                                               total_steps, args, device, dtype)
         train_time = time.time() - t0
-        v_loss = validation_loss(model, val_pairs, val_batches, device, dtype)
-        v_bleu, v_bleu_lc, _ = bleu(model, val_en, val_de)
-        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        kept = (kept + [state])[-args.average:]
-        row = {"epoch": epoch, "step": step, "train_loss": round(loss_sum / loss_n, 4),
-               "val_loss": round(v_loss, 4), "val_bleu_greedy": round(v_bleu, 2),
-               "val_bleu_lc_greedy": round(v_bleu_lc, 2), "epoch_seconds": round(train_time, 1),
-               "tokens_per_second": round(tokens / train_time), "elapsed_seconds": round(time.time() - t_start)}
+        v_bleu, v_bleu_lc, _ = bleu(model, data.val_en, data.val_de)
+        row = {"epoch": epoch, "step": step, "train_loss": round(train_loss, 4),
+               "val_loss": round(validation_loss(model, data.val_pairs, val_batches, device, dtype), 4),
+               "val_bleu_greedy": round(v_bleu, 2), "val_bleu_lc_greedy": round(v_bleu_lc, 2),
+               "epoch_seconds": round(train_time, 1), "tokens_per_second": round(tokens / train_time),
+               "elapsed_seconds": round(time.time() - t_start)}
         history.append(row)
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        kept = (kept + [state])[-args.average:]
         if best is None or v_bleu > best[0]:
             best = (v_bleu, epoch, state)
         if epoch in args.snapshot_epochs:
             snapshots[epoch] = (row, state)
+    return history, kept, best, snapshots
 
-    # Checkpoint averaging: the mean of the last epochs' weights usually beats any one of them.
+
+def choose_weights(model, kept, best, data, last_epoch):
+    """Checkpoint averaging: the mean of the last epochs' weights usually beats any one of them;
+    keep it unless the best single epoch scored higher on val. Loads the choice; returns its name."""
     model.load_state_dict(average_state(kept))
-    avg_bleu = bleu(model, val_en, val_de)[0]
+    avg_bleu = bleu(model, data.val_en, data.val_de)[0]
     print(f"average of last {len(kept)} epochs: val BLEU (greedy) {avg_bleu:.2f}; best single epoch "
           f"{best[1]}: {best[0]:.2f}", flush=True)
-    chosen = f"average of epochs {epoch - len(kept) + 1}-{epoch}"
     if best[0] > avg_bleu:
         model.load_state_dict(best[2])
-        chosen = f"epoch {best[1]}"
+        return f"epoch {best[1]}"
+    return f"average of epochs {last_epoch - len(kept) + 1}-{last_epoch}"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    device = pick_device(args.device)
+    dtype = pick_dtype(args.dtype, device)
+    t_start = time.time()
+    data = prepare_data(args)
+    tok = data.tokenizer
+    model = TransformerTranslator(vocab_size=tok.get_vocab_size(), d_model=args.d_model, n_head=args.n_head,
+                                  n_enc_layer=args.n_layer, n_dec_layer=args.n_layer, d_ff=args.d_ff,
+                                  dropout=args.dropout, max_len=args.max_len).attach_tokenizer(tok).to(device)
+    print(f"{len(data.pairs)} training pairs, vocab {tok.get_vocab_size()}, {model.num_parameters():,} parameters, "
+          f"{device} {str(dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads", flush=True)
+    history, kept, best, snapshots = fit(model, data, args, device, dtype)
+    chosen = choose_weights(model, kept, best, data, args.epochs)
     model.to("cpu").save_pretrained(args.out)
-    snapshot_rows = save_snapshots(model, snapshots, Path(args.out), val_en, val_de)
     metrics = read_json(f"{args.out}/metrics.json")
-    metrics["snapshots"] = snapshot_rows
+    metrics["snapshots"] = save_snapshots(model, snapshots, Path(args.out), data.val_en, data.val_de)
     metrics["training"] = {
-        "command": "python -m training.train_translator " + " ".join(sys.argv[1:] if argv is None else argv),
-        "parameters": n_params, "train_pairs": len(pairs), "vocab_size": tok.get_vocab_size(),
-        "epochs": args.epochs, "steps": step, "max_tokens": args.max_tokens, "lr": args.lr,
-        "warmup": args.warmup, "dropout": args.dropout, "label_smoothing": args.label_smoothing,
-        "seed": args.seed, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
-        "threads": torch.get_num_threads(), "kept": chosen, "wall_seconds": round(time.time() - t_start),
-        "history": history,
+        "command": args.command, "parameters": model.num_parameters(), "train_pairs": len(data.pairs),
+        "vocab_size": tok.get_vocab_size(), "epochs": args.epochs, "steps": history[-1]["step"],
+        "max_tokens": args.max_tokens, "lr": args.lr, "warmup": args.warmup, "dropout": args.dropout,
+        "label_smoothing": args.label_smoothing, "seed": args.seed, "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(), "kept": chosen,
+        "wall_seconds": round(time.time() - t_start), "history": history,
     }
     write_json(f"{args.out}/metrics.json", metrics)
     write_translator_card(args.out)  # card + SHA-256 manifest: zoo.load verifies the folder against it

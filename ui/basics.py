@@ -221,7 +221,7 @@ def cost():
                                "Score-matrix memory, B·H·T·T·4 bytes", "sequence length T", "MB",
                                log_x=True, log_y=True, dash={"4× per doubling"})
     table = pd.DataFrame([[t, f"{a:.2f}", f"{b:.2f}", "" if i == 0 else f"{a / ours[i - 1]:.1f}×", f"{m:.1f}"]
-                          for i, (t, a, b, m) in enumerate(zip(ts, ours, fused, mem))],
+                          for i, (t, a, b, m) in enumerate(zip(ts, ours, fused, mem, strict=True))],
                          columns=["T", "ours (ms)", "F.sdpa (ms)", "ours vs previous T", "score matrix (MB)"])
     skipped = "; ".join(f"T = {t} skipped: {why}" for t, why in res["skipped"])
     summary = ("Median of 3 runs per length, batch 1, 4 heads × 16 dims, on this machine's CPU. Ours builds the "
@@ -282,7 +282,7 @@ def shares_figure(breakdowns):
     names = [plots.label(n) for n in breakdowns]
     for part in parts:
         counts = [b.get(part, 0) for b in breakdowns.values()]
-        shares = [100 * c / sum(b.values()) for c, b in zip(counts, breakdowns.values())]
+        shares = [100 * c / sum(b.values()) for c, b in zip(counts, breakdowns.values(), strict=True)]
         fig.add_trace(go.Bar(y=names, x=shares, name=part, orientation="h", marker_color=PART_COLORS[part],
                              customdata=counts, hovertemplate=part + ": %{customdata:,} (%{x:.1f}%)<extra></extra>"))
     fig.update_layout(barmode="stack", title=dict(text="Where the parameters are", x=0.5), font=plots.FONT,
@@ -326,132 +326,151 @@ def parameters():
     return table, shares_figure(breakdowns), "\n\n".join(notes)
 
 
-# ----- layout -----------------------------------------------------------------------------------
+# ----- layout: one builder per panel -------------------------------------------------------------
+# Each builder lays its panel out, wires its events and returns its first renders, a list of
+# (fn, inputs, outputs): what the panel shows before anyone touches it.
+
+def qkv_panel():
+    gr.Markdown("### 1. Q · K · V playground\nEach query is compared with every key (dot product, divided by "
+                "√d_k), a softmax turns each row of scores into weights that sum to 1, and the output is "
+                "the weighted average of the values. The defaults are the article's four tokens used as Q, "
+                f"K and V; their weights should read {ARTICLE_WEIGHTS}.")
+    with gr.Row():
+        with gr.Column(scale=1):
+            q_box = gr.Textbox(DEFAULT_VECTORS, lines=5, label="Q: one vector per line",
+                               info=f"Numbers separated by commas or spaces; up to {basics.MAX_VECTORS} vectors "
+                                    f"of up to {basics.MAX_DIM} numbers.", elem_id="basics-qkv-q")
+            k_box = gr.Textbox("", lines=2, label="K (blank = same as Q)", elem_id="basics-qkv-k")
+            v_box = gr.Textbox("", lines=2, label="V (blank = same as K)", elem_id="basics-qkv-v")
+            run = gr.Button("Compute", variant="primary", elem_id="basics-qkv-run")
+        with gr.Column(scale=2):
+            heat = gr.Plot(label="Attention weights", elem_id="basics-qkv-weights")
+    with gr.Row():
+        table = gr.Dataframe(label="Weights and row sums", interactive=False, elem_id="basics-qkv-table")
+        output = gr.Dataframe(label="Output = weights · V", interactive=False, elem_id="basics-qkv-output")
+    inputs, outputs = [q_box, k_box, v_box], [heat, table, output]
+    on(run.click, qkv, inputs, outputs, api_name="basics_qkv")
+    return [(qkv, inputs, outputs)]
+
+
+def scaling_panel():
+    gr.Markdown("### 2. Why divide by √d_k\nWith q and k of unit-variance random entries, q·k is a sum of "
+                "d_k products, so its spread grows like √d_k and the softmax saturates towards one-hot. "
+                "Dividing by √d_k keeps the spread at 1 for every d_k. The article printed 8.00 vs 1.00 and "
+                "0.687 vs 0.096 at d_k = 64 from an unstated sampling set-up; ours are measured live with "
+                "2,000 queries, each against 64 fresh keys.")
+    with gr.Row():
+        dk = gr.Slider(1, basics.MAX_D_K, value=64, step=1, label="d_k", elem_id="basics-scale-dk")
+    table = gr.Dataframe(label="At the chosen d_k", interactive=False, elem_id="basics-scale-table")
+    summary = gr.Markdown(elem_id="basics-scale-summary")
+    with gr.Row():
+        std = gr.Plot(label="Spread", elem_id="basics-scale-std")
+        peak = gr.Plot(label="Peakedness", elem_id="basics-scale-peak")
+    outputs = [table, std, peak, summary]
+    on(dk.release, scaling, [dk], outputs, api_name="basics_scaling")
+    return [(scaling, [dk], outputs)]
+
+
+def masks_panel():
+    gr.Markdown("### 3. Masks\nA mask says which keys each query may look at. The causal mask hides the "
+                "future; the padding mask hides `<pad>` tokens and belongs on the **key** axis (columns). "
+                "Tick the box to put it on the query axis (rows) instead and see what goes wrong.")
+    with gr.Row():
+        n_tok = gr.Slider(2, basics.MAX_MASK_TOKENS, value=6, step=1, label="tokens", elem_id="basics-mask-tokens")
+        n_pad = gr.Slider(0, basics.MAX_MASK_TOKENS - 1, value=2, step=1, label="of which padding (at the end)",
+                          elem_id="basics-mask-pad")
+        wrong = gr.Checkbox(False, label="Apply the padding mask on the wrong (query) axis",
+                            elem_id="basics-mask-wrong")
+    with gr.Row():
+        causal = gr.Plot(label="Causal mask", elem_id="basics-mask-causal")
+        padding = gr.Plot(label="Padding mask", elem_id="basics-mask-padding")
+    with gr.Row():
+        enc = gr.Plot(label="Weights, padding mask", elem_id="basics-mask-weights")
+        dec = gr.Plot(label="Weights, causal + padding", elem_id="basics-mask-causal-weights")
+    summary = gr.Markdown(elem_id="basics-mask-summary")
+    inputs, outputs = [n_tok, n_pad, wrong], [causal, padding, enc, dec, summary]
+    on([n_tok.release, n_pad.release, wrong.change], masks, inputs, outputs, api_name="basics_masks")
+    return [(masks, inputs, outputs)]
+
+
+def positions_panel():
+    gr.Markdown("### 4. Positional encoding\nAttention itself ignores order, so each position adds a "
+                "fixed pattern of sines and cosines at geometrically spaced frequencies. Hover for values; "
+                "at d_model = 32, position 1 starts 0.841, 0.540, 0.533, 0.846, 0.311, 0.950.")
+    with gr.Row():
+        n_pos = gr.Slider(1, basics.MAX_POSITIONS, value=64, step=1, label="positions", elem_id="basics-pe-positions")
+        d_model = gr.Slider(2, basics.MAX_D_MODEL, value=32, step=2, label="d_model (even)",
+                            elem_id="basics-pe-dmodel")
+        probe = gr.Number(1, precision=0, label="read position", elem_id="basics-pe-probe")
+    heat = gr.Plot(label="PE matrix", elem_id="basics-pe-heatmap")
+    probe_table = gr.Dataframe(label="First dimensions of the read position", interactive=False,
+                               elem_id="basics-pe-probe-table")
+    inputs, outputs = [n_pos, d_model, probe], [heat, probe_table]
+    on([n_pos.release, d_model.release, probe.submit], positions, inputs, outputs, api_name="basics_positions")
+
+    gr.Markdown("**Permutation check**: shuffle the tokens, run attention, put the outputs back in order. "
+                "Uses the d_model above.")
+    with gr.Row():
+        seed = gr.Number(0, precision=0, label="seed", elem_id="basics-perm-seed")
+        run = gr.Button("Shuffle and compare", elem_id="basics-perm-run")
+    perm_table = gr.Dataframe(interactive=False, elem_id="basics-perm-table")
+    perm_text = gr.Markdown(elem_id="basics-perm-summary")
+    perm_inputs, perm_outputs = [d_model, seed], [perm_table, perm_text]
+    on([run.click, d_model.release], permutation, perm_inputs, perm_outputs, api_name="basics_permutation")
+    return [(positions, inputs, outputs), (permutation, perm_inputs, perm_outputs)]
+
+
+def cost_panel():
+    gr.Markdown("### 5. The quadratic cost\nEvery query meets every key, so the score matrix has T² entries. "
+                "Measure one attention layer (d = 64, 4 heads) for T = 256 … 4096 on this machine; the run "
+                "is capped at about 4 seconds and 300 MB per score matrix, and says which lengths it skipped.")
+    run = gr.Button("Measure", elem_id="basics-cost-run")
+    with gr.Row():
+        time_fig = gr.Plot(label="Time", elem_id="basics-cost-time")
+        mem_fig = gr.Plot(label="Memory", elem_id="basics-cost-memory")
+    table = gr.Dataframe(interactive=False, elem_id="basics-cost-table")
+    summary = gr.Markdown("Press **Measure** to time it here.", elem_id="basics-cost-summary")
+    # One at a time for the whole server: the measurement is a timing, and keeps a core busy.
+    on(run.click, cost, None, [time_fig, mem_fig, table, summary], api_name="basics_cost", concurrency_limit=1)
+    return []  # measured on request only
+
+
+def verify_panel():
+    gr.Markdown("### 6. Verification\nOur multi-head attention against `nn.MultiheadAttention` and "
+                "`F.scaled_dot_product_attention`, all with the same random weights (d_model = 32, 4 heads, "
+                "2 sequences of 6 tokens). The article found differences around 1e-7: float32 rounding.")
+    with gr.Row():
+        seed = gr.Number(0, precision=0, label="seed", elem_id="basics-verify-seed")
+        masking = gr.Radio(list(basics.MASKINGS), value="none", label="mask", elem_id="basics-verify-mask")
+        run = gr.Button("Compare", elem_id="basics-verify-run")
+    table = gr.Dataframe(interactive=False, elem_id="basics-verify-table")
+    on([run.click, masking.change], verify, [seed, masking], [table], api_name="basics_verify")
+    return [(verify, [seed, masking], [table])]
+
+
+def params_panel():
+    sorter = basics.parameter_breakdown(model("sorter-pe"))
+    gr.Markdown(f"### 7. Parameter accounting\nWhere each zoo model's parameters live. The sorter's "
+                f"{sum(sorter.values()):,} split into " + ", ".join(f"{part} {n:,}" for part, n in sorter.items())
+                + ".")
+    run = gr.Button("Refresh", elem_id="basics-params-run")
+    table = gr.Dataframe(interactive=False, elem_id="basics-params-table")
+    fig = gr.Plot(label="Shares", elem_id="basics-params-shares")
+    notes = gr.Markdown(elem_id="basics-params-notes")
+    outputs = [table, fig, notes]
+    on(run.click, parameters, None, outputs, api_name="basics_params")
+    return [(parameters, [], outputs)]
+
+
+PANELS = (qkv_panel, scaling_panel, masks_panel, positions_panel, cost_panel, verify_panel, params_panel)
+
 
 def build(demo):
-    """The "Attention basics" tab; every panel is filled on page load with the article's defaults."""
-
-    def on_load(fn, inputs, outputs, name):
-        on(demo.load, fn, inputs, outputs, api_name=f"basics_{name}_load", api_visibility="private")
-
+    """The "Attention basics" tab: the panels in order, each filled on page load with the article's defaults."""
     with gr.Tab("Attention basics", id="basics"):
         gr.Markdown("How attention works, one step at a time, computed live from your settings. The defaults "
                     "are the article's figures, so you can check them.")
-
-        gr.Markdown("### 1. Q · K · V playground\nEach query is compared with every key (dot product, divided by "
-                    "√d_k), a softmax turns each row of scores into weights that sum to 1, and the output is "
-                    "the weighted average of the values. The defaults are the article's four tokens used as Q, "
-                    f"K and V; their weights should read {ARTICLE_WEIGHTS}.")
-        with gr.Row():
-            with gr.Column(scale=1):
-                q_box = gr.Textbox(DEFAULT_VECTORS, lines=5, label="Q: one vector per line",
-                                   info=f"Numbers separated by commas or spaces; up to {basics.MAX_VECTORS} vectors "
-                                        f"of up to {basics.MAX_DIM} numbers.", elem_id="basics-qkv-q")
-                k_box = gr.Textbox("", lines=2, label="K (blank = same as Q)", elem_id="basics-qkv-k")
-                v_box = gr.Textbox("", lines=2, label="V (blank = same as K)", elem_id="basics-qkv-v")
-                qkv_btn = gr.Button("Compute", variant="primary", elem_id="basics-qkv-run")
-            with gr.Column(scale=2):
-                qkv_heat = gr.Plot(label="Attention weights", elem_id="basics-qkv-weights")
-        with gr.Row():
-            qkv_table = gr.Dataframe(label="Weights and row sums", interactive=False, elem_id="basics-qkv-table")
-            qkv_out = gr.Dataframe(label="Output = weights · V", interactive=False, elem_id="basics-qkv-output")
-        qkv_in, qkv_outs = [q_box, k_box, v_box], [qkv_heat, qkv_table, qkv_out]
-        on(qkv_btn.click, qkv, qkv_in, qkv_outs, api_name="basics_qkv")
-        on_load(qkv, qkv_in, qkv_outs, "qkv")
-
-        gr.Markdown("### 2. Why divide by √d_k\nWith q and k of unit-variance random entries, q·k is a sum of "
-                    "d_k products, so its spread grows like √d_k and the softmax saturates towards one-hot. "
-                    "Dividing by √d_k keeps the spread at 1 for every d_k. The article printed 8.00 vs 1.00 and "
-                    "0.687 vs 0.096 at d_k = 64 from an unstated sampling set-up; ours are measured live with "
-                    "2,000 queries, each against 64 fresh keys.")
-        with gr.Row():
-            dk = gr.Slider(1, basics.MAX_D_K, value=64, step=1, label="d_k", elem_id="basics-scale-dk")
-        scale_table = gr.Dataframe(label="At the chosen d_k", interactive=False, elem_id="basics-scale-table")
-        scale_text = gr.Markdown(elem_id="basics-scale-summary")
-        with gr.Row():
-            scale_std = gr.Plot(label="Spread", elem_id="basics-scale-std")
-            scale_peak = gr.Plot(label="Peakedness", elem_id="basics-scale-peak")
-        scale_outs = [scale_table, scale_std, scale_peak, scale_text]
-        on(dk.release, scaling, [dk], scale_outs, api_name="basics_scaling")
-        on_load(scaling, [dk], scale_outs, "scaling")
-
-        gr.Markdown("### 3. Masks\nA mask says which keys each query may look at. The causal mask hides the "
-                    "future; the padding mask hides `<pad>` tokens and belongs on the **key** axis (columns). "
-                    "Tick the box to put it on the query axis (rows) instead and see what goes wrong.")
-        with gr.Row():
-            n_tok = gr.Slider(2, basics.MAX_MASK_TOKENS, value=6, step=1, label="tokens", elem_id="basics-mask-tokens")
-            n_pad = gr.Slider(0, basics.MAX_MASK_TOKENS - 1, value=2, step=1, label="of which padding (at the end)",
-                              elem_id="basics-mask-pad")
-            wrong = gr.Checkbox(False, label="Apply the padding mask on the wrong (query) axis",
-                                elem_id="basics-mask-wrong")
-        with gr.Row():
-            causal_fig = gr.Plot(label="Causal mask", elem_id="basics-mask-causal")
-            padding_fig = gr.Plot(label="Padding mask", elem_id="basics-mask-padding")
-        with gr.Row():
-            enc_fig = gr.Plot(label="Weights, padding mask", elem_id="basics-mask-weights")
-            dec_fig = gr.Plot(label="Weights, causal + padding", elem_id="basics-mask-causal-weights")
-        mask_text = gr.Markdown(elem_id="basics-mask-summary")
-        mask_in, mask_outs = [n_tok, n_pad, wrong], [causal_fig, padding_fig, enc_fig, dec_fig, mask_text]
-        on([n_tok.release, n_pad.release, wrong.change], masks, mask_in, mask_outs, api_name="basics_masks")
-        on_load(masks, mask_in, mask_outs, "masks")
-
-        gr.Markdown("### 4. Positional encoding\nAttention itself ignores order, so each position adds a "
-                    "fixed pattern of sines and cosines at geometrically spaced frequencies. Hover for values; "
-                    "at d_model = 32, position 1 starts 0.841, 0.540, 0.533, 0.846, 0.311, 0.950.")
-        with gr.Row():
-            n_pos = gr.Slider(1, basics.MAX_POSITIONS, value=64, step=1, label="positions",
-                              elem_id="basics-pe-positions")
-            d_model = gr.Slider(2, basics.MAX_D_MODEL, value=32, step=2, label="d_model (even)",
-                                elem_id="basics-pe-dmodel")
-            probe = gr.Number(1, precision=0, label="read position", elem_id="basics-pe-probe")
-        pe_fig = gr.Plot(label="PE matrix", elem_id="basics-pe-heatmap")
-        pe_probe = gr.Dataframe(label="First dimensions of the read position", interactive=False,
-                                elem_id="basics-pe-probe-table")
-        pe_in, pe_outs = [n_pos, d_model, probe], [pe_fig, pe_probe]
-        on([n_pos.release, d_model.release, probe.submit], positions, pe_in, pe_outs, api_name="basics_positions")
-        on_load(positions, pe_in, pe_outs, "positions")
-
-        gr.Markdown("**Permutation check**: shuffle the tokens, run attention, put the outputs back in order. "
-                    "Uses the d_model above.")
-        with gr.Row():
-            perm_seed = gr.Number(0, precision=0, label="seed", elem_id="basics-perm-seed")
-            perm_btn = gr.Button("Shuffle and compare", elem_id="basics-perm-run")
-        perm_table = gr.Dataframe(interactive=False, elem_id="basics-perm-table")
-        perm_text = gr.Markdown(elem_id="basics-perm-summary")
-        perm_in, perm_outs = [d_model, perm_seed], [perm_table, perm_text]
-        on([perm_btn.click, d_model.release], permutation, perm_in, perm_outs, api_name="basics_permutation")
-        on_load(permutation, perm_in, perm_outs, "permutation")
-
-        gr.Markdown("### 5. The quadratic cost\nEvery query meets every key, so the score matrix has T² entries. "
-                    "Measure one attention layer (d = 64, 4 heads) for T = 256 … 4096 on this machine; the run "
-                    "is capped at about 4 seconds and 300 MB per score matrix, and says which lengths it skipped.")
-        cost_btn = gr.Button("Measure", elem_id="basics-cost-run")
-        with gr.Row():
-            cost_time = gr.Plot(label="Time", elem_id="basics-cost-time")
-            cost_mem = gr.Plot(label="Memory", elem_id="basics-cost-memory")
-        cost_table = gr.Dataframe(interactive=False, elem_id="basics-cost-table")
-        cost_text = gr.Markdown("Press **Measure** to time it here.", elem_id="basics-cost-summary")
-        on(cost_btn.click, cost, None, [cost_time, cost_mem, cost_table, cost_text], api_name="basics_cost",
-                       concurrency_limit=1)
-
-        gr.Markdown("### 6. Verification\nOur multi-head attention against `nn.MultiheadAttention` and "
-                    "`F.scaled_dot_product_attention`, all with the same random weights (d_model = 32, 4 heads, "
-                    "2 sequences of 6 tokens). The article found differences around 1e-7: float32 rounding.")
-        with gr.Row():
-            ver_seed = gr.Number(0, precision=0, label="seed", elem_id="basics-verify-seed")
-            ver_mask = gr.Radio(list(basics.MASKINGS), value="none", label="mask", elem_id="basics-verify-mask")
-            ver_btn = gr.Button("Compare", elem_id="basics-verify-run")
-        ver_table = gr.Dataframe(interactive=False, elem_id="basics-verify-table")
-        on([ver_btn.click, ver_mask.change], verify, [ver_seed, ver_mask], [ver_table], api_name="basics_verify")
-        on_load(verify, [ver_seed, ver_mask], [ver_table], "verify")
-
-        gr.Markdown("### 7. Parameter accounting\nWhere each zoo model's parameters live. The sorter's 101,258 "
-                    "split into embedding 640, attention 2 × 16,640, feed-forward 2 × 33,088, norms 2 × 256 and "
-                    "head 650.")
-        params_btn = gr.Button("Refresh", elem_id="basics-params-run")
-        params_table = gr.Dataframe(interactive=False, elem_id="basics-params-table")
-        params_fig = gr.Plot(label="Shares", elem_id="basics-params-shares")
-        params_text = gr.Markdown(elem_id="basics-params-notes")
-        params_outs = [params_table, params_fig, params_text]
-        on(params_btn.click, parameters, None, params_outs, api_name="basics_params")
-        on_load(parameters, None, params_outs, "params")
+        renders = [render for panel in PANELS for render in panel()]
+    for i, (fn, inputs, outputs) in enumerate(renders):
+        on(demo.load, fn, inputs, outputs, api_name=f"basics_load_{i}", api_visibility="private")
+    return {"params": [], "load": None}

@@ -5,21 +5,31 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
-from training.common import read_json
+import zoo
 from ui import links, plots
 from ui.common import model, on, select_head_map, user_errors, whole_number
 from ui.export import export_files
-from ui.sorter import (DEFAULT, EXAMPLES, FINAL_SNAPSHOT, HEAD_CHOICES, LAYER_CHOICES, linked_digits, parse_digits, pick_net,
-                       run_sorter)
-from zoo import CHECKPOINTS
+from ui.sorter import (
+    DEFAULT,
+    EXAMPLES,
+    FINAL_SNAPSHOT,
+    HEAD_CHOICES,
+    LAYER_CHOICES,
+    MAX_CHARS,
+    NAMES,
+    SEQ_LEN,
+    linked_digits,
+    parse_digits,
+    pick_net,
+    run_sorter,
+)
 from zoo.sorter import sequence_ceiling_without_positions, sorting_ceiling_without_positions
 
-NAMES = ("sorter-pe", "sorter-nope")
-CEILING = sorting_ceiling_without_positions()
+CEILING = sorting_ceiling_without_positions(SEQ_LEN)
 
 
 def summary_line(name, pred, target):
-    right = sum(p == t for p, t in zip(pred, target))
+    right = sum(p == t for p, t in zip(pred, target, strict=True))
     return f"{name}: {' '.join(map(str, pred))} ({right}/{len(pred)} right)"
 
 
@@ -67,10 +77,10 @@ def accuracy_table():
     """Rows from each model's metrics.json, next to the ceiling for models without positions."""
     rows = []
     for name in NAMES:
-        m = read_json(CHECKPOINTS / name / "metrics.json")
+        m = zoo.metrics(name)
         rows.append([name, m.get("per_position_accuracy"), m.get("sequence_accuracy"), m.get("eval_sequences")])
-    rows.append(["ceiling without positions (E[max count]/8)", round(CEILING, 4),
-                 f"{sequence_ceiling_without_positions():.5f}", "exact"])
+    rows.append([f"ceiling without positions (E[max count]/{SEQ_LEN})", round(CEILING, 4),
+                 f"{sequence_ceiling_without_positions(SEQ_LEN):.5f}", "exact"])
     return rows
 
 
@@ -78,7 +88,7 @@ def loss_curves():
     series = {}
     steps = None
     for name in NAMES:
-        curve = read_json(CHECKPOINTS / name / "metrics.json").get("loss_curve", [])
+        curve = zoo.metrics(name).get("loss_curve", [])
         steps = [s for s, _ in curve]
         series[name] = [v for _, v in curve]
     return plots.line_chart(steps or [], series, "Training loss (cross-entropy per position)", "step", "loss",
@@ -121,9 +131,11 @@ def build(demo):
             "The same architecture, trained the same way; the only difference is the sinusoidal positional "
             "encoding added to the digit embeddings. Without it, attention cannot tell positions apart: "
             "shuffling the input only shuffles the outputs, so output slot *i* cannot know it must hold the "
-            "*i*-th smallest digit. The best it can do is the most frequent digit — right in 30% of slots.")
+            "*i*-th smallest digit. The best it can do is the most frequent digit — right in "
+            f"{CEILING:.0%} of slots.")
         with gr.Row():
-            digits = gr.Textbox(DEFAULT, label="8 digits (0-9)", max_length=200, elem_id="compare-input", scale=3)
+            digits = gr.Textbox(DEFAULT, label=f"{SEQ_LEN} digits (0-9)", max_length=MAX_CHARS, elem_id="compare-input",
+                                scale=3)
             layer = gr.Radio(LAYER_CHOICES, value="1", label="Layer (both models)", scale=1, elem_id="compare-layer")
             head = gr.Radio(HEAD_CHOICES, value="average", label="Head (both models)", scale=2, elem_id="compare-head")
         snapshot = gr.Slider(0, FINAL_SNAPSHOT, value=FINAL_SNAPSHOT, step=1, elem_id="compare-snapshot",
@@ -158,7 +170,8 @@ def build(demo):
                                            "max attention gap"], interactive=False)
         on(shuffle.click, permutation_test, [digits, seed], [perm_text, perm_table], api_name="permutation_test")
 
-        gr.Markdown("### Accuracy on 5,000 fresh sequences, and training")
+        gr.Markdown(f"### Accuracy on {zoo.metrics('sorter-pe').get('eval_sequences', 0):,} fresh sequences, "
+                    "and training")
         with gr.Row():
             gr.Dataframe(accuracy_table(), headers=["model", "per-position accuracy", "whole-sequence accuracy",
                                                     "sequences"], interactive=False, elem_id="compare-accuracy")

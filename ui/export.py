@@ -65,7 +65,7 @@ def to_csv(view, path):
         out = csv.writer(f)
         # position:token keeps repeated tokens apart, as the heatmap's numeric axes do
         out.writerow(["query \\ key"] + [f"{j}:{t}" for j, t in enumerate(view["key_tokens"])])
-        for i, (tok, row) in enumerate(zip(view["query_tokens"], view["weights"])):
+        for i, (tok, row) in enumerate(zip(view["query_tokens"], view["weights"], strict=True)):
             out.writerow([f"{i}:{tok}"] + row)
 
 

@@ -164,7 +164,8 @@ def encode(component, value):
 def link_query(tab, params, *values):
     """'?tab=...&name=value...' for the given tab, its parameters and their current values."""
     query = {"tab": tab}
-    query.update({p.name: encode(p.component, v) for p, v in zip(params, values) if v not in (None, "", [])})
+    query.update({p.name: encode(p.component, v) for p, v in zip(params, values, strict=True)
+                  if v not in (None, "", [])})
     return "?" + urlencode(query)
 
 

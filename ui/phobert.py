@@ -171,7 +171,8 @@ def preload_in_background():
 def build(demo):
     with gr.Tab("PhoBERT heads", id="phobert"):
         gr.Markdown(
-            "[PhoBERT](https://huggingface.co/vinai/phobert-base) is a RoBERTa for Vietnamese (phobert-base: 12 layers × "
+            "[PhoBERT](https://huggingface.co/vinai/phobert-base) is a RoBERTa for Vietnamese "
+            "(phobert-base: 12 layers × "
             "12 heads). "
             "Vietnamese writes a space between syllables, so the text is first **word-segmented** with pyvi "
             "(syllables of a word joined by `_`), then split into subword pieces (`@@` marks a piece that continues).")
@@ -209,7 +210,8 @@ def build(demo):
             export_btn = gr.Button("Export the selected head (JSON, CSV, SVG, PNG)", elem_id="phobert-export")
             files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="phobert-files")
         link_params = [links.Param("text", text, linked_text), links.Param("segment", segment),
-                       links.Param("layer", layer), links.Param("head", head), links.Param("token", token, linked_token),
+                       links.Param("layer", layer), links.Param("head", head),
+                       links.Param("token", token, linked_token),
                        links.Param("view", view)]
         inputs = [p.component for p in link_params]
         outputs = [summary, status, overview, heat, top, entropy_fig, bos_fig, stats, params, token, layer, head,

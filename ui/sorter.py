@@ -1,4 +1,4 @@
-"""Sorter tab: type 8 digits, watch a 2-layer Transformer sort them, and look at every head."""
+"""Sorter tab: type digits, watch a small Transformer sort them, and look at every head."""
 
 from __future__ import annotations
 
@@ -6,27 +6,37 @@ import re
 
 import gradio as gr
 import numpy as np
-import torch
 import plotly.graph_objects as go
+import torch
 
-from training.common import read_json
+import zoo
 from ui import links, plots
-from ui.common import (choose, head_mask, head_names, model, on, quote, select_head_map, snapshots, user_errors,
-                       whole_number)
+from ui.common import (
+    choose,
+    head_mask,
+    head_names,
+    model,
+    on,
+    quote,
+    select_head_map,
+    snapshots,
+    user_errors,
+    whole_number,
+)
 from ui.export import export_files
-from zoo import CHECKPOINTS
 from zoo.sorter import accuracy, eval_set
 from zoo.stats import head_table, sorter_answer_keys
 
-SEQ_LEN, N_LAYER, N_HEAD = 8, 2, 4
+NAMES = ("sorter-pe", "sorter-nope")
+CONFIG = zoo.config("sorter-pe")  # both sorters share one architecture
+SEQ_LEN, N_LAYER, N_HEAD = CONFIG["seq_len"], CONFIG["n_layer"], CONFIG["n_head"]
 # Index of the last training snapshot saved beside both sorters' weights (the last is the final model).
-FINAL_SNAPSHOT = max(0, min(len(read_json(CHECKPOINTS / n / "metrics.json").get("snapshots", []))
-                            for n in ("sorter-pe", "sorter-nope")) - 1)
+FINAL_SNAPSHOT = max(0, min(len(zoo.metrics(n).get("snapshots", [])) for n in NAMES) - 1)
 FIXED = eval_set(1000, seed=1)  # the ablation's fixed benchmark: 1,000 sequences, always the same
 STATS_HEADERS = ["layer", "head", "entropy (nats)", "self", "previous", "next", "first token", "answer digit"]
 MODEL_CHOICES = [("With positional encoding", "sorter-pe"), ("Without positional encoding", "sorter-nope")]
-HEAD_CHOICES = ["1", "2", "3", "4", "average"]
-LAYER_CHOICES = ["1", "2"]
+HEAD_CHOICES = [str(h + 1) for h in range(N_HEAD)] + ["average"]
+LAYER_CHOICES = [str(layer + 1) for layer in range(N_LAYER)]
 EXAMPLES = [
     ["7 2 9 2 5 0 8 3"],  # the article's example
     ["4, 4, 1, 9, 1, 4, 0, 9"],  # duplicates
@@ -35,24 +45,25 @@ EXAMPLES = [
     ["9 8 7 6 5 4 3 2"],  # reversed
 ]
 DEFAULT = EXAMPLES[0][0]
+MAX_CHARS = 200
 
 
 def parse_digits(text):
-    """'7 2 9 2 5 0 8 3', '7,2,9,...' or '72925083' -> list of 8 ints; else a ValueError that
+    """'7 2 9 2 5 0 8 3', '7,2,9,...' or '72925083' -> list of SEQ_LEN ints; else a ValueError that
     says what is accepted."""
     if not isinstance(text, str) or not text.strip():
-        raise ValueError("Type 8 digits (0-9), separated by spaces or commas, e.g. 7 2 9 2 5 0 8 3.")
-    if len(text) > 200:
-        raise ValueError(f"That is {len(text)} characters; type just 8 digits (0-9), e.g. 7 2 9 2 5 0 8 3.")
+        raise ValueError(f"Type {SEQ_LEN} digits (0-9), separated by spaces or commas, e.g. {DEFAULT}.")
+    if len(text) > MAX_CHARS:
+        raise ValueError(f"That is {len(text)} characters; type just {SEQ_LEN} digits (0-9), e.g. {DEFAULT}.")
     parts = [p for p in re.split(r"[\s,;]+", text.strip()) if p]
     if len(parts) == 1 and len(parts[0]) > 1 and parts[0].isascii() and parts[0].isdigit():
         parts = list(parts[0])  # "72925083"
     bad = [p for p in parts if not (p.isascii() and p.isdigit() and len(p) == 1)]
     if bad:
         raise ValueError(f"{quote(bad[0])} is not a digit. Use the digits 0-9 only, "
-                         "separated by spaces or commas, e.g. 7 2 9 2 5 0 8 3.")
+                         f"separated by spaces or commas, e.g. {DEFAULT}.")
     if len(parts) != SEQ_LEN:
-        raise ValueError(f"Got {len(parts)} digits; the sorter takes exactly {SEQ_LEN}, e.g. 7 2 9 2 5 0 8 3.")
+        raise ValueError(f"Got {len(parts)} digits; the sorter takes exactly {SEQ_LEN}, e.g. {DEFAULT}.")
     return [int(p) for p in parts]
 
 
@@ -76,12 +87,12 @@ def run_sorter(net, digits, mask=None):
 def marks_html(pred, target):
     """The prediction, one box per position, green when it equals the true sort, red otherwise."""
     cells = []
-    for i, (p, t) in enumerate(zip(pred, target)):
+    for i, (p, t) in enumerate(zip(pred, target, strict=True)):
         ok = p == t
         tip = f"position {i}: predicted {p}, correct {t}"
         cells.append(f'<span class="digit {"ok" if ok else "bad"}" title="{tip}">{p}'
                      f'<small>{"✓" if ok else "✗ " + str(t)}</small></span>')
-    right = sum(p == t for p, t in zip(pred, target))
+    right = sum(p == t for p, t in zip(pred, target, strict=True))
     return (f'<div class="sorter-marks">{"".join(cells)}</div>'
             f'<p class="sorter-score">{right}/{len(pred)} positions right'
             f'{" — sorted correctly" if right == len(pred) else ""}</p>')
@@ -126,7 +137,9 @@ def pick_net(name, snapshot):
     final = snapshot == len(snaps) - 1
     net = model(name) if final else snap["model"]
     where = "final model" if final else "snapshot"
-    return net, (f"{where}: training step {snap['step']} of {snaps[-1]['step']} — accuracy on 5,000 fresh sequences "
+    fresh = zoo.metrics(name).get("eval_sequences", 0)
+    return net, (f"{where}: training step {snap['step']} of {snaps[-1]['step']} — accuracy on {fresh:,} fresh "
+                 f"sequences "
                  f"{snap['per_position_accuracy']:.3f} per position, {snap['sequence_accuracy']:.3f} whole sequence")
 
 
@@ -136,7 +149,7 @@ def ablation_note(net, mask, off):
         return "No heads switched off."
     x, y = FIXED
     base, ablated = accuracy(net, x, y), accuracy(net, x, y, head_mask=mask)
-    return (f"Switched off {', '.join(off)}. On 1,000 fixed sequences: whole-sequence accuracy "
+    return (f"Switched off {', '.join(off)}. On {len(x):,} fixed sequences: whole-sequence accuracy "
             f"{ablated[1]:.3f} (intact model {base[1]:.3f}), per position {ablated[0]:.3f} (intact {base[0]:.3f}).")
 
 
@@ -183,12 +196,12 @@ def build(demo):
     """The tab; returns its input components (for deep links) and its first render (for page load)."""
     with gr.Tab("Sorter", id="sorter"):
         gr.Markdown(
-            "A 2-layer Transformer (101,258 parameters) reads 8 digits and writes them sorted: output "
-            "position *i* is the *i*-th smallest digit. Each heatmap row is a **query** position, each column "
-            "a **key** position; a cell says how much that query looks at that key.")
+            f"A {N_LAYER}-layer Transformer ({model('sorter-pe').num_parameters():,} parameters) reads {SEQ_LEN} "
+            "digits and writes them sorted: output position *i* is the *i*-th smallest digit. Each heatmap row is a "
+            "**query** position, each column a **key** position; a cell says how much that query looks at that key.")
         with gr.Row():
             with gr.Column(scale=2):
-                digits = gr.Textbox(DEFAULT, label="8 digits (0-9), spaces or commas", max_length=200,
+                digits = gr.Textbox(DEFAULT, label=f"{SEQ_LEN} digits (0-9), spaces or commas", max_length=MAX_CHARS,
                                     elem_id="sorter-input")
                 choice = gr.Radio(MODEL_CHOICES, value="sorter-pe", label="Model", elem_id="sorter-model")
                 with gr.Row():

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import gradio as gr
 
-from training.common import read_json
+import zoo
 from ui import links, plots
-from ui.common import (check_text, choose, head_mask, head_names, model, on, quote, select_head_map, snapshots,
-                       user_errors, whole_number)
+from ui.common import (
+    check_text,
+    choose,
+    head_mask,
+    head_names,
+    model,
+    on,
+    quote,
+    select_head_map,
+    snapshots,
+    user_errors,
+    whole_number,
+)
 from ui.export import export_files
-from zoo import CHECKPOINTS
 from zoo.stats import head_table
 
 NAME = "translator-en-de"
@@ -26,10 +38,12 @@ EXAMPLES = [
      "Ein älterer, übergewichtiger Mann wendet einen Pfannkuchen, während er Frühstück macht."],
 ]
 DEFAULT = EXAMPLES[0]
-CONFIG = read_json(CHECKPOINTS / NAME / "config.json")  # empty until the translator is trained
+INSTALLED = NAME in zoo.available()
+CONFIG = zoo.config(NAME) if INSTALLED else {}  # the tab explains itself until the translator is trained
 N_ENC, N_DEC, N_HEAD = CONFIG.get("n_enc_layer", 3), CONFIG.get("n_dec_layer", 3), CONFIG.get("n_head", 4)
-ABLATION_CHOICES = head_names(N_ENC, N_HEAD, "enc ") + head_names(N_DEC, N_HEAD, "dec ") + head_names(N_DEC, N_HEAD, "cross ")
-METRICS = read_json(CHECKPOINTS / NAME / "metrics.json")
+ABLATION_CHOICES = (head_names(N_ENC, N_HEAD, "enc ") + head_names(N_DEC, N_HEAD, "dec ")
+                    + head_names(N_DEC, N_HEAD, "cross "))
+METRICS = zoo.metrics(NAME) if INSTALLED else {}
 # Slider positions: the int8 snapshots saved along training (oldest first), then the final model.
 SNAPSHOT_EPOCHS = [s["epoch"] for s in METRICS.get("snapshots", [])]
 FINAL_SNAPSHOT = len(SNAPSHOT_EPOCHS)
@@ -105,7 +119,8 @@ def reference_view(ref):
     fig = plots.attention_heatmap(w, ref["target_tokens"], ref["source_tokens"],
                                   "Reference, teacher-forced: cross-attention (mean of all layers and heads)",
                                   x_title="source token (English)", y_title="reference token (German)")
-    table = [[i + 1, tok, round(float(p), 4)] for i, (tok, p) in enumerate(zip(ref["target_tokens"], ref["token_probs"]))]
+    table = [[i + 1, tok, round(float(p), 4)]
+             for i, (tok, p) in enumerate(zip(ref["target_tokens"], ref["token_probs"], strict=True))]
     worst = min(table, key=lambda r: r[2])
     summary = (f"Reference: {len(table)} tokens, log-probability {ref['log_prob']:.2f}, "
                f"perplexity {ref['perplexity']:.2f}; least expected token: {worst[1]!r} (p = {worst[2]:.3f})")
@@ -198,74 +213,94 @@ def select_row(evt: gr.SelectData):
     return component, str(layer), str(head)
 
 
+def input_column():
+    """The sentence, the search and the model: what a translation is made from."""
+    text = gr.Textbox(DEFAULT[0], label="English sentence", lines=2, max_length=MAX_CHARS, elem_id="translator-input")
+    beam = gr.Slider(1, 8, value=5, step=1, label="Beam size (1 = greedy)", elem_id="translator-beam")
+    reference = gr.Textbox(DEFAULT[2], label="German reference (optional)", lines=2, max_length=MAX_CHARS,
+                           elem_id="translator-reference")
+    ablate = gr.Dropdown(ABLATION_CHOICES, multiselect=True, label="Switch heads off (ablation)",
+                         elem_id="translator-ablate")
+    # (a slider needs two positions: without snapshots it stays hidden at 0, the final model)
+    snapshot_label = "Training snapshot: " + ", ".join([f"{i} = after epoch {e}" for i, e in enumerate(SNAPSHOT_EPOCHS)]
+                                                      + [f"{FINAL_SNAPSHOT} = final model"])
+    snapshot = gr.Slider(0, max(1, FINAL_SNAPSHOT), value=FINAL_SNAPSHOT, step=1, elem_id="translator-snapshot",
+                         visible=bool(SNAPSHOT_EPOCHS), label=snapshot_label)
+    run = gr.Button("Translate", variant="primary", elem_id="translator-run")
+    gr.Examples(EXAMPLES, inputs=[text, beam, reference])
+    return SimpleNamespace(text=text, beam=beam, reference=reference, ablate=ablate, snapshot=snapshot, run=run)
+
+
+def view_column():
+    """The translation and the attention map of the chosen kind, layer and head."""
+    german = gr.Textbox(label="German translation", interactive=False, elem_id="translator-output")
+    note = gr.Textbox(label="Model state", interactive=False, elem_id="translator-note")
+    component = gr.Radio(list(COMPONENTS), value="cross-attention", label="Attention", elem_id="translator-component")
+    with gr.Row():
+        layer = gr.Radio([str(i + 1) for i in range(max(N_ENC, N_DEC))], value="1", label="Layer",
+                         elem_id="translator-layer")
+        head = gr.Radio([str(i + 1) for i in range(N_HEAD)] + ["average"], value="average", label="Head",
+                        elem_id="translator-head")
+    cross = gr.Plot(label="Attention map", elem_id="translator-cross")
+    return SimpleNamespace(german=german, note=note, component=component, layer=layer, head=head, cross=cross)
+
+
+def details():
+    """The decoding timeline, the reference's scores, per-head statistics and the export."""
+    gr.Markdown("### Decoding timeline")
+    step = gr.Slider(1, 2, value=1, step=1, label="Output step", elem_id="translator-step")
+    with gr.Row():
+        step_bar = gr.Plot(label="Cross-attention at this step", elem_id="translator-step-plot")
+        step_table = gr.Dataframe(headers=["rank", "candidate", "probability", "chosen"],
+                                  label="Top-5 candidates at this step", interactive=False,
+                                  elem_id="translator-candidates")
+    gr.Markdown("### Reference, teacher-forced")
+    ref_summary = gr.Textbox(label="Reference score", interactive=False, elem_id="translator-ref-summary")
+    with gr.Row():
+        ref_plot = gr.Plot(label="Reference cross-attention")
+        ref_table = gr.Dataframe(headers=["position", "token", "probability"], interactive=False,
+                                 label="Probability of each reference token")
+    gr.Markdown("### Per-head statistics (click a row to show that head)")
+    stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="translator-stats")
+    with gr.Row():
+        export = gr.Button("Export the selected map (JSON, CSV, SVG, PNG)", elem_id="translator-export")
+        files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="translator-files")
+    return SimpleNamespace(step=step, step_bar=step_bar, step_table=step_table, ref_summary=ref_summary,
+                           ref_plot=ref_plot, ref_table=ref_table, stats=stats, export=export, files=files)
+
+
 def build(demo):
     with gr.Tab("Translator", id="translator"):
         gr.Markdown(
-            "A small encoder–decoder Transformer (3+3 layers, ~7.6M parameters) trained on Multi30k image "
+            f"A small encoder–decoder Transformer ({N_ENC}+{N_DEC} layers, "
+            f"{METRICS.get('training', {}).get('parameters', 0) / 1e6:.1f}M parameters) trained on Multi30k image "
             "descriptions. **Cross-attention** rows are German output tokens, columns English source tokens: "
             "each row shows where the decoder looked while writing that token. Step through the decoding "
             "with the slider; add a German reference to see how likely the model finds each of its tokens.")
         info = gr.State()
         with gr.Row():
             with gr.Column(scale=2):
-                text = gr.Textbox(DEFAULT[0], label="English sentence", lines=2, max_length=MAX_CHARS,
-                                  elem_id="translator-input")
-                beam = gr.Slider(1, 8, value=5, step=1, label="Beam size (1 = greedy)", elem_id="translator-beam")
-                reference = gr.Textbox(DEFAULT[2], label="German reference (optional)", lines=2,
-                                       max_length=MAX_CHARS, elem_id="translator-reference")
-                ablate = gr.Dropdown(ABLATION_CHOICES, multiselect=True, label="Switch heads off (ablation)",
-                                     elem_id="translator-ablate")
-                # (a slider needs two positions: without snapshots it stays hidden at 0, the final model)
-                snapshot = gr.Slider(0, max(1, FINAL_SNAPSHOT), value=FINAL_SNAPSHOT, step=1, elem_id="translator-snapshot",
-                                     visible=bool(SNAPSHOT_EPOCHS), label="Training snapshot: " + ", ".join(
-                                         [f"{i} = after epoch {e}" for i, e in enumerate(SNAPSHOT_EPOCHS)]
-                                         + [f"{FINAL_SNAPSHOT} = final model"]))
-                btn = gr.Button("Translate", variant="primary", elem_id="translator-run")
-                gr.Examples(EXAMPLES, inputs=[text, beam, reference])
+                i = input_column()
             with gr.Column(scale=3):
-                german = gr.Textbox(label="German translation", interactive=False, elem_id="translator-output")
-                note = gr.Textbox(label="Model state", interactive=False, elem_id="translator-note")
-                component = gr.Radio(list(COMPONENTS), value="cross-attention", label="Attention",
-                                     elem_id="translator-component")
-                with gr.Row():
-                    layer = gr.Radio([str(i + 1) for i in range(max(N_ENC, N_DEC))], value="1", label="Layer",
-                                     elem_id="translator-layer")
-                    head = gr.Radio([str(i + 1) for i in range(N_HEAD)] + ["average"], value="average", label="Head",
-                                    elem_id="translator-head")
-                cross = gr.Plot(label="Attention map", elem_id="translator-cross")
-        gr.Markdown("### Decoding timeline")
-        step = gr.Slider(1, 2, value=1, step=1, label="Output step", elem_id="translator-step")
-        with gr.Row():
-            step_bar = gr.Plot(label="Cross-attention at this step", elem_id="translator-step-plot")
-            step_table = gr.Dataframe(headers=["rank", "candidate", "probability", "chosen"],
-                                      label="Top-5 candidates at this step", interactive=False,
-                                      elem_id="translator-candidates")
-        gr.Markdown("### Reference, teacher-forced")
-        ref_summary = gr.Textbox(label="Reference score", interactive=False, elem_id="translator-ref-summary")
-        with gr.Row():
-            ref_plot = gr.Plot(label="Reference cross-attention")
-            ref_table = gr.Dataframe(headers=["position", "token", "probability"], interactive=False,
-                                     label="Probability of each reference token")
-        gr.Markdown("### Per-head statistics (click a row to show that head)")
-        stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="translator-stats")
-        with gr.Row():
-            export_btn = gr.Button("Export the selected map (JSON, CSV, SVG, PNG)", elem_id="translator-export")
-            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="translator-files")
-        params = [links.Param("text", text, linked_text), links.Param("beam", beam),
-                  links.Param("ref", reference, linked_reference), links.Param("view", component),
-                  links.Param("layer", layer), links.Param("head", head), links.Param("off", ablate),
-                  links.Param("snapshot", snapshot, linked_snapshot)]
+                v = view_column()
+        d = details()
+        params = [links.Param("text", i.text, linked_text), links.Param("beam", i.beam),
+                  links.Param("ref", i.reference, linked_reference), links.Param("view", v.component),
+                  links.Param("layer", v.layer), links.Param("head", v.head), links.Param("off", i.ablate),
+                  links.Param("snapshot", i.snapshot, linked_snapshot)]
         inputs = [p.component for p in params]
-        outputs = [german, cross, step, step_bar, step_table, stats, ref_summary, ref_plot, ref_table, info, note]
-        on(btn.click, translate, inputs, outputs, api_name="translate")
-        on(text.submit, translate, inputs, outputs, api_visibility="private")
-        on([ablate.input, snapshot.release], translate, inputs, outputs, api_visibility="private",
-              trigger_mode="always_last")
+        outputs = [v.german, v.cross, d.step, d.step_bar, d.step_table, d.stats, d.ref_summary, d.ref_plot,
+                   d.ref_table, info, v.note]
+        on(i.run.click, translate, inputs, outputs, api_name="translate")
+        on(i.text.submit, translate, inputs, outputs, api_visibility="private")
+        on([i.ablate.input, i.snapshot.release], translate, inputs, outputs, api_visibility="private",
+           trigger_mode="always_last")
         # .input, not .change: only a user's own change redraws (a shared link sets values by code)
-        redraw = dict(fn=reselect, inputs=[info, component, layer, head, step], outputs=[cross, step_bar, step_table],
-                      api_visibility="private", trigger_mode="always_last")
-        on([component.input, layer.input, head.input, step.input], **redraw)
-        on(stats.select, select_row, None, [component, layer, head], api_visibility="private").then(**redraw, preprocess=False)
-        on(export_btn.click, export_view, [info, component, layer, head], files, api_name="translator_export")
+        redraw = dict(fn=reselect, inputs=[info, v.component, v.layer, v.head, d.step],
+                      outputs=[v.cross, d.step_bar, d.step_table], api_visibility="private", trigger_mode="always_last")
+        on([v.component.input, v.layer.input, v.head.input, d.step.input], **redraw)
+        on(d.stats.select, select_row, None, [v.component, v.layer, v.head], api_visibility="private").then(
+            **redraw, preprocess=False)
+        on(d.export.click, export_view, [info, v.component, v.layer, v.head], d.files, api_name="translator_export")
         links.add_link_button("translator", params)
     return {"params": params, "load": (translate, inputs, outputs)}

@@ -24,8 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import (FeedForward, MultiHeadAttention, causal_mask, key_padding_mask,
-                        scaled_dot_product_attention, sinusoidal_positions)
+from .attention import (
+    FeedForward,
+    MultiHeadAttention,
+    causal_mask,
+    key_padding_mask,
+    scaled_dot_product_attention,
+    sinusoidal_positions,
+)
 
 # The article's four tokens, used as Q, K and V in its worked example.
 ARTICLE_VECTORS = ((1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1))
@@ -59,39 +65,46 @@ def whole_number(value, what, lo, hi):
 
 # ----- 1. Q·K·V playground ----------------------------------------------------------------------
 
+def parse_numbers(line, where):
+    """One typed vector: finite numbers within +-MAX_ABS, at most MAX_DIM of them."""
+    row = []
+    for word in (w for w in re.split(r"[\s,]+", line) if w):
+        try:
+            x = float(word)
+        except ValueError:
+            raise ValueError(f"{where}: {word[:20]!r} is not a number. Type {VECTORS_EXAMPLE}.") from None
+        if not math.isfinite(x) or abs(x) > MAX_ABS:
+            raise ValueError(f"{where}: {word[:20]!r} is out of range; "
+                             f"finite numbers from {-MAX_ABS:g} to {MAX_ABS:g} are accepted.")
+        row.append(x)
+    if len(row) > MAX_DIM:
+        raise ValueError(f"{where} has {len(row)} numbers; at most {MAX_DIM} are accepted.")
+    return row
+
+
+VECTORS_EXAMPLE = "one vector per line, numbers separated by commas or spaces, e.g. [1, 0, 0]"
+
+
 def parse_vectors(text, what="Q"):
     """'[1, 0, 0]\\n[0, 1, 0]' -> float64 tensor (n, d).
 
     One vector per line (or separated by ';'); numbers separated by commas or spaces; brackets are
     ignored. float64 because these are the article's hand-checkable numbers, not a model.
     """
-    example = "one vector per line, numbers separated by commas or spaces, e.g. [1, 0, 0]"
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{what} is empty: type {example}.")
+        raise ValueError(f"{what} is empty: type {VECTORS_EXAMPLE}.")
     if len(text) > MAX_CHARS:
         raise ValueError(f"{what} is {len(text):,} characters long; at most {MAX_CHARS:,} are accepted "
                          f"({MAX_VECTORS} vectors of at most {MAX_DIM} numbers).")
     lines = [re.sub(r"[\[\]()]", " ", line).strip() for line in re.split(r"[\n;]", text)]
     lines = [line for line in lines if line.strip(" ,")]
     if not lines:
-        raise ValueError(f"{what} holds no numbers: type {example}.")
+        raise ValueError(f"{what} holds no numbers: type {VECTORS_EXAMPLE}.")
     if len(lines) > MAX_VECTORS:
         raise ValueError(f"{what} has {len(lines)} vectors; at most {MAX_VECTORS} are accepted.")
     rows = []
     for i, line in enumerate(lines):
-        row = []
-        for word in (w for w in re.split(r"[\s,]+", line) if w):
-            try:
-                x = float(word)
-            except ValueError:
-                raise ValueError(f"{what}, vector {i + 1}: {word[:20]!r} is not a number. "
-                                 f"Type {example}.") from None
-            if not math.isfinite(x) or abs(x) > MAX_ABS:
-                raise ValueError(f"{what}, vector {i + 1}: {word[:20]!r} is out of range; "
-                                 f"finite numbers from {-MAX_ABS:g} to {MAX_ABS:g} are accepted.")
-            row.append(x)
-        if len(row) > MAX_DIM:
-            raise ValueError(f"{what}, vector {i + 1} has {len(row)} numbers; at most {MAX_DIM} are accepted.")
+        row = parse_numbers(line, f"{what}, vector {i + 1}")
         if rows and len(row) != len(rows[0]):
             raise ValueError(f"{what}: vector 1 has {len(rows[0])} numbers but vector {i + 1} has {len(row)}; "
                              "every vector needs the same length.")
@@ -289,8 +302,8 @@ def attention_cost(lengths=COST_LENGTHS, n_head=4, d_head=16, repeats=3, budget_
             continue
         q, k, v = torch.randn(3, 1, n_head, t, d_head, generator=g).unbind(0)  # each (B, H, T, Dh)
         t0 = time.perf_counter()
-        ours = median_seconds(lambda: scaled_dot_product_attention(q, k, v), repeats)
-        fused = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v), repeats)
+        ours = median_seconds(lambda q=q, k=k, v=v: scaled_dot_product_attention(q, k, v), repeats)
+        fused = median_seconds(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v), repeats)
         last_t, last_s = t, time.perf_counter() - t0
         rows.append({"T": t, "ours_s": ours, "torch_s": fused, "score_mb": mb})
     return {"rows": rows, "skipped": skipped}

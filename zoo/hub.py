@@ -18,8 +18,6 @@ from huggingface_hub import PyTorchModelHubMixin, constants, hf_hub_download
 from safetensors.torch import load_file, load_model, save_file
 from torch import nn
 
-from .packing import PACK_MIN_ELEMENTS, pack_for_inference
-
 
 def resolve_file(model_id, filename, **hub_kwargs):
     """Path of `filename` in a local folder, or downloaded from the Hub repo `model_id`."""
@@ -46,11 +44,6 @@ class ZooModel(nn.Module, PyTorchModelHubMixin, library_name="attention-lab"):
 
     def load_extras(self, model_id, **hub_kwargs):
         """Hook for files that sit beside the weights (a tokenizer); nothing by default."""
-
-    def pack(self, min_elements=PACK_MIN_ELEMENTS):
-        """Lay the weights of at least min_elements elements out once for fast CPU inference
-        (zoo.packing); returns self."""
-        return pack_for_inference(self, min_elements)
 
     def num_parameters(self):
         return sum(p.numel() for p in self.parameters())

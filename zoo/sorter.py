@@ -11,15 +11,14 @@ digit (E[max count] / 8 = 0.300 per position). That failure is architectural, an
 from __future__ import annotations
 
 import math
-from itertools import combinations_with_replacement
 from collections import Counter
+from itertools import combinations_with_replacement
 
 import torch
 from torch import nn
 
 from .attention import EncoderBlock, sinusoidal_positions
 from .hub import ZooModel
-from .packing import Linear
 
 SEQ_LEN, N_DIGITS = 8, 10
 EVAL_SEED = 2024  # evaluation sequences come from their own generator, never the training one
@@ -36,7 +35,7 @@ class DigitSorter(ZooModel, license="mit", tags=["toy", "sorting"]):
         # Not a parameter (and not saved): both variants have exactly the same weights.
         self.register_buffer("pe", sinusoidal_positions(seq_len, d_model), persistent=False)
         self.blocks = nn.ModuleList(EncoderBlock(d_model, n_head, d_ff) for _ in range(n_layer))
-        self.head = Linear(d_model, n_digits)
+        self.head = nn.Linear(d_model, n_digits)
 
     def forward(self, x, return_attention=False, head_mask=None):
         """x: (B, T) digits -> logits (B, T, n_digits); with return_attention also a tuple of

@@ -1,6 +1,6 @@
 """What PhobertExplorer.analyze costs on top of PhoBERT's own forward pass.
 
-    python -m training.bench_phobert [--repeats 30] [--threads 0] [--out figures.json]
+    python -m benchmarks.phobert [--repeats 30] [--threads 0] [--out figures.json]
 
 A full-size phobert-base with random weights (built from ../shared/data's config, saved to a
 temporary folder beside PhoBERT's real tokenizer files and loaded from there like a local copy)
@@ -89,7 +89,7 @@ def main(argv=None):
 
     if args.out:
         write_json(args.out, {
-            "command": "python -m training.bench_phobert", "sentence": SENTENCE, "tokens": n_tokens,
+            "command": "python -m benchmarks.phobert", "sentence": SENTENCE, "tokens": n_tokens,
             "threads": torch.get_num_threads(), "repeats": args.repeats,
             "bare_forward_ms": round(bare_ms, 2), "analyze_ms": round(analyze_ms, 2),
             "overhead": round(overhead, 4), "max_overhead": MAX_OVERHEAD, "pass": ok,
