@@ -421,9 +421,11 @@ def positions_panel():
 
 
 def cost_panel():
+    lengths = basics.COST_LENGTHS
     gr.Markdown("### 5. The quadratic cost\nEvery query meets every key, so the score matrix has T² entries. "
-                "Measure one attention layer (d = 64, 4 heads) for T = 256 … 4096 on this machine; the run "
-                "is capped at about 4 seconds and 300 MB per score matrix, and says which lengths it skipped.")
+                f"Measure one attention layer (d = 64, 4 heads) for T = {lengths[0]} … {lengths[-1]} on this "
+                "machine; the run is capped at about 4 seconds and 300 MB per score matrix, and says which "
+                "lengths it skipped.")
     run = gr.Button("Measure", elem_id="basics-cost-run")
     with gr.Row():
         time_fig = gr.Plot(label="Time", elem_id="basics-cost-time")

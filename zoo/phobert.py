@@ -72,6 +72,7 @@ class PhobertExplorer:
         self.model = None
         self._lock = threading.Lock()
         self._failed = None  # (time, error) of the last failed load
+        self._breakdown = None  # offline_breakdown's answer, once computed (False: no config)
 
     def load(self):
         """Load tokenizer and model on the first call; later calls return at once. Returns self.
@@ -111,6 +112,25 @@ class PhobertExplorer:
             cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise PhobertUnavailable(f"PhoBERT could not be loaded from {self.source}. {FIX} ({cause})") from e
         return PhobertTokenizer(vocab, codes), model.eval()
+
+    def offline_breakdown(self):
+        """parameter_breakdown of the model from its config.json alone, without weights or network:
+        the local folder's config, or the Hub's when it is cached; None when neither is at hand."""
+        with self._lock:
+            if self._breakdown is None:
+                self._breakdown = breakdown_from_config(self.config_path()) or False
+        return self._breakdown or None
+
+    def config_path(self):
+        if self.local:
+            path = Path(self.source) / "config.json"
+            return path if path.is_file() else None
+        try:
+            from huggingface_hub import hf_hub_download
+
+            return Path(hf_hub_download(self.source, "config.json", local_files_only=True))
+        except Exception:  # noqa: BLE001 - not cached (or any Hub error): nothing to show
+            return None
 
     @property
     def max_tokens(self):
@@ -215,6 +235,18 @@ def top_attended(result, token_index, layer, head, k=3):
     row = result.attentions[layer, head, token_index]  # (T,)
     top = np.argsort(-row, kind="stable")[:k]
     return [(result.tokens[i], float(row[i])) for i in top]
+
+
+def breakdown_from_config(path):
+    """parameter_breakdown of a model built from config.json on PyTorch's meta device: every
+    parameter has its shape but no storage, so counting costs no memory and needs no weights."""
+    if path is None:
+        return None
+    from transformers import AutoConfig, AutoModel
+
+    with torch.device("meta"):
+        model = AutoModel.from_config(AutoConfig.from_pretrained(path))
+    return parameter_breakdown(model)
 
 
 def parameter_breakdown(model):
