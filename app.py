@@ -11,12 +11,14 @@ import argparse
 import ctypes
 import logging
 import os
+import threading
+import time
 
 import gradio as gr
 import torch
 
-from ui import basics, compare, links, phobert, sorter, translator
-from ui.common import on, preload
+from ui import basics, compare, export, links, phobert, plots, sorter, translator
+from ui.common import fill_when_opened, preload
 
 # The Space has 2 vCPUs. Each event runs at most CONCURRENCY requests at once (Gradio's limit is
 # per event), and PyTorch gets one thread per request on such a machine: concurrent requests then
@@ -34,10 +36,28 @@ def limit_malloc_arenas(n=2):
         pass
 
 
+def trim_freed_memory(every_s=10.0):
+    """glibc keeps memory the program has freed for reuse rather than returning it to the system: a
+    burst of requests leaves the server holding it long after. A daemon thread calls glibc's
+    malloc_trim(0) every few seconds, which hands free pages back. A no-op where libc is not glibc."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return
+
+    def loop():
+        while True:
+            time.sleep(every_s)
+            trim(0)
+
+    threading.Thread(target=loop, name="malloc-trim", daemon=True).start()
+
+
 def configure_process():
-    """What the server process sets for itself, once, before it serves: malloc arenas, PyTorch's
-    threads (the cores split between the requests that run at once) and logging."""
+    """What the server process sets for itself, once, before it serves: malloc arenas and trimming,
+    PyTorch's threads (the cores split between the requests that run at once) and logging."""
     limit_malloc_arenas()
+    trim_freed_memory()
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // CONCURRENCY))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("attention_lab").setLevel(logging.INFO)
@@ -50,7 +70,8 @@ CSS = """
 .sorter-marks .digit small {font: 0.55em sans-serif;}
 .sorter-marks .ok {background: #d9f2dd; color: #14532d;}
 .sorter-marks .bad {background: #fde2e1; color: #7f1d1d;}
-"""
+#sorter-overview .js-plotly-plot {min-width: 640px;}
+""" + plots.CSS
 
 # Every callback turns its failures into worded, escaped gr.Error messages (ui.common.user_errors),
 # which Gradio always shows. Its own errors are not shown: they can quote the caller's input as sent
@@ -61,27 +82,27 @@ MISSING = preload(["sorter-pe", "sorter-nope", "translator-en-de"])
 if os.environ.get("ATTENTION_LAB_PRELOAD_PHOBERT", "1") != "0":
     phobert.preload_in_background()
 
-with gr.Blocks(title="Attention Lab") as demo:
+# Gradio's copies of the files it serves (exports) are deleted once they are KEEP_SECONDS old,
+# checked a few times in that span.
+CACHE = (max(1, export.KEEP_SECONDS // 3), export.KEEP_SECONDS)
+# Gradio keeps per-visitor state (~0.4 MB each here) for every session that made a request; at most
+# this many are kept, the least recently used dropped first. A State's value also expires on its own
+# (ui.common.STATE_SECONDS).
+SESSIONS = 200
+LAUNCH = {"css": CSS, "show_error": SHOW_ERROR, "state_session_capacity": SESSIONS}
+
+with gr.Blocks(title="Attention Lab", delete_cache=CACHE) as demo:
     gr.Markdown("# Attention Lab\nType digits or sentences and look at what every attention head does — on "
                 "small models trained in minutes, with numbers you can check.")
     with gr.Tabs() as tabs:
-        tab_parts = {"sorter": sorter.build(demo), "compare": compare.build(demo),
-                     "translator": translator.build(demo), "phobert": phobert.build(demo)}
-        basics.build(demo)  # fills itself on load; it has no inputs to link
-    # Page load: first apply a shared link's query parameters (?tab=...&...), then render every tab
-    # with the inputs it now holds, so the page opens with results already shown.
-    link_params = {name: part["params"] for name, part in tab_parts.items()}
-    link_inputs = [p.component for params in link_params.values() for p in params]
-
-    def restore_link(request: gr.Request):
-        tab, values, notice = links.restore(dict(request.query_params) if request else {}, link_params)
-        if notice:
-            gr.Warning(notice, duration=20)
-        return [gr.Tabs(selected=tab) if tab else gr.skip()] + [values.get(c, gr.skip()) for c in link_inputs]
-
-    restored = on(demo.load, restore_link, None, [tabs] + link_inputs, api_visibility="private")
-    for part in tab_parts.values():  # each tab renders on its own: one failing does not stop the others
-        restored.then(*part["load"], api_visibility="private", preprocess=False)
+        parts = {"sorter": sorter.build(demo), "compare": compare.build(demo), "translator": translator.build(demo),
+                 "phobert": phobert.build(demo), "basics": basics.build(demo)}
+    # The first tab opens with its default view in place; every other tab fills itself when a visitor
+    # first opens it, and a shared link fills the tab it names (ui.links): a page load does only the
+    # visible tab's work.
+    markers = {name: fill_when_opened(part) for name, part in parts.items() if not part.get("embedded")}
+    links.open_shared_links(demo, tabs, parts, markers)
+    tab_parts = {name: part for name, part in parts.items() if part["params"]}  # the linkable tabs
 
 demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
 
@@ -94,7 +115,7 @@ def main(argv=None):
     p.add_argument("--share", action="store_true", help="also create a public gradio.live link (needs internet)")
     args = p.parse_args(argv)
     configure_process()
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS, show_error=SHOW_ERROR)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **LAUNCH)
 
 
 if __name__ == "__main__":

@@ -90,8 +90,7 @@ def app_url(tmp_path_factory):
     import app
 
     port = free_port()
-    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=app.CSS,
-                    show_error=app.SHOW_ERROR)
+    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **app.LAUNCH)
     yield f"http://127.0.0.1:{port}/"
     app.demo.close()
 

@@ -30,7 +30,7 @@ def test_qkv_defaults_reproduce_the_article():
     np.testing.assert_allclose(exact.numpy(), ARTICLE_WEIGHTS, atol=1e-3)
     assert table["row sum"].tolist() == pytest.approx([1.0] * 4, abs=1e-9)
     assert outputs.shape == (4, 4)  # "output of" + 3 dimensions
-    assert fig.data[0].z.shape == (4, 4)
+    assert np.shape(fig.data[0]["z"]) == (4, 4)
 
 
 def test_qkv_is_softmax_of_scaled_scores_and_k_v_default_to_q():
@@ -130,7 +130,7 @@ def test_positional_encoding_matches_the_article():
     assert pe[1, :6].tolist() == pytest.approx([0.841, 0.540, 0.533, 0.846, 0.311, 0.950], abs=5e-4)
     fig, probe = tab.positions(64, 32, 1)
     assert probe.iloc[0, 1:7].tolist() == ["0.841", "0.540", "0.533", "0.846", "0.311", "0.950"]
-    assert fig.data[0].z.shape == (64, 32) and "%{z:.3f}" in fig.data[0].hovertemplate
+    assert np.shape(fig.data[0]["z"]) == (64, 32) and "%{z:.3f}" in fig.data[0]["hovertemplate"]
 
 
 @pytest.mark.parametrize("n,d,pos,message", [(64, 33, 1, "must be even"), (64, 1024, 1, "from 2 to 512"),
@@ -236,16 +236,20 @@ def test_phobert_is_listed_only_when_already_loaded(monkeypatch):
 
 # ----- the tab --------------------------------------------------------------------------------
 
-def test_build_wires_named_endpoints_and_loads_defaults():
+def test_build_wires_named_endpoints_and_renders_every_panel():
     with gr.Blocks() as demo:
         with gr.Tabs():
-            tab.build(demo)
+            part = tab.build(demo)
     config = demo.get_config_file()
     public = {d["api_name"] for d in config["dependencies"] if d["api_visibility"] == "public"}
     assert public == {"basics_qkv", "basics_scaling", "basics_masks", "basics_positions", "basics_permutation",
                       "basics_cost", "basics_verify", "basics_params"}
-    loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d["targets"])]
-    assert len(loads) == 7 and all(d["api_visibility"] == "private" for d in loads)
-    ids = {c["props"].get("elem_id") for c in config["components"]}
+    assert not [d for d in config["dependencies"] if any(t[1] == "load" for t in d["targets"])]  # nothing on page load
+    render, inputs, outputs = part["render"]
+    view = render(*[c.value for c in inputs])
+    assert len(view) == len(outputs) == 3 + 4 + 5 + 2 + 2 + 1 + 3  # every panel but the cost, measured on request
+    ids = [c.elem_id for c in outputs]
     assert {"basics-qkv-weights", "basics-scale-table", "basics-mask-weights", "basics-pe-heatmap",
-            "basics-cost-time", "basics-verify-table", "basics-params-table"} <= ids
+            "basics-perm-table", "basics-verify-table", "basics-params-table"} <= set(ids)
+    weights = view[ids.index("basics-qkv-table")]
+    np.testing.assert_allclose(weights[[f"→ t{j}" for j in range(4)]].to_numpy(), ARTICLE_WEIGHTS, atol=1e-3)

@@ -58,6 +58,11 @@ def open_tab(page, name):
     page.get_by_role("tab", name=name).click()
 
 
+def open_box(page, elem_id):
+    """Open a closed gr.Accordion by its header."""
+    page.locator(f"#{elem_id} .label-wrap").first.click()
+
+
 def textbox(page, elem_id):
     return page.locator(f"#{elem_id} textarea, #{elem_id} input").first
 
@@ -124,6 +129,7 @@ def test_sorter_snapshot_ablation_and_download(page):
     page.locator("#sorter-ablate").get_by_label("L2H1").check()
     note = wait_value(page, "sorter-note", "v.includes('Switched off L2H1')")
     assert "1,000 fixed sequences" in note
+    open_box(page, "sorter-share")
     page.locator("#sorter-export").click()
     link = page.locator("#sorter-files a[download$='.json']").first
     link.wait_for(timeout=30_000)
@@ -144,6 +150,7 @@ def test_shared_link_restores_tab_and_inputs(browser, app_url):
     assert textbox(pg, "compare-input").input_value() == "4 4 1 9 1 4 0 9"
     assert pg.locator("#compare-layer input[value='2']").is_checked()
     assert pg.get_by_role("tab", name="PE vs no-PE").get_attribute("aria-selected") == "true"
+    open_box(pg, "compare-share")
     pg.locator("#compare-link-button").click()
     link = wait_value(pg, "compare-link", "v.startsWith('http')")
     assert "tab=compare" in link and "digits=4+4+1+9+1+4+0+9" in link and "layer=2" in link
@@ -254,4 +261,65 @@ def test_hostile_link_opens_the_tab_with_a_text_notice(browser, app_url, tab, pa
     refused = [p.name for p in params if f"{p.name}:" in text]
     assert len(refused) >= 2 and "must be" in text
     assert pg.evaluate(INJECTED) == 0 and dialogs == []
+    context.close()
+
+
+def queue_events(pg):
+    """A list that fills with the queue events the page sends from now on."""
+    joins = []
+    pg.on("request", lambda r: joins.append(r.url) if "queue/join" in r.url else None)
+    return joins
+
+
+def test_a_page_load_does_only_the_visible_tabs_work(browser, app_url):
+    """Opening the page sends no event: the first tab's default view is in the page. Each other tab
+    is filled by one event the first time it is opened."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    joins = queue_events(pg)
+    pg.goto(app_url, wait_until="domcontentloaded")
+    assert plot_rendered(pg, "sorter-heatmap") >= 1 and plot_rendered(pg, "sorter-overview") >= 1
+    assert wait_value(pg, "sorter-answer", "v.length > 0") == "0 2 2 3 5 7 8 9"
+    pg.wait_for_timeout(2000)
+    assert joins == []
+    for name, elem, plot in [("PE vs no-PE", "compare-answer", "compare-pe"),
+                             ("Translator", "translator-output", "translator-cross")]:
+        before = len(joins)
+        open_tab(pg, name)
+        wait_value(pg, elem, "v.length > 0")
+        assert plot_rendered(pg, plot) >= 1
+        pg.wait_for_timeout(500)
+        assert len(joins) == before + 1, name
+    context.close()
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.mark.parametrize("tab,plot", [("sorter", "sorter-heatmap"), ("compare", "compare-pe"),
+                                      ("translator", "translator-cross"), ("phobert", "phobert-heatmap"),
+                                      ("basics", "basics-qkv-weights")])
+def test_every_tab_on_a_phone(browser, app_url, tab, plot):
+    """390 px wide: the page never scrolls sideways (plots scroll in their own box), heatmap cells
+    keep a readable size, and the overview's titles do not overlap."""
+    context = browser.new_context(viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True)
+    pg = context.new_page()
+    pg.goto(app_url + ("" if tab == "sorter" else f"?tab={tab}"), wait_until="domcontentloaded")
+    assert plot_rendered(pg, plot) >= 1
+    pg.wait_for_timeout(1000)
+    assert pg.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    cell = pg.evaluate(f"""() => {{
+        const layer = document.querySelector('#{plot} .heatmaplayer');
+        const box = document.querySelector('#{plot} .nsewdrag').getBoundingClientRect();
+        const cols = [...document.querySelectorAll('#{plot} .xaxislayer-above .xtick')].filter(t => t.textContent).length;
+        return box.width / Math.max(cols, 1); }}""")
+    assert cell >= 20, cell
+    if tab == "sorter":
+        boxes = pg.evaluate("""() => [...document.querySelectorAll('#sorter-overview .annotation-text')]
+            .map(e => e.getBoundingClientRect()).map(r => [r.left, r.right, r.top, r.bottom])""")
+        assert len(boxes) == 10
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert a[1] <= b[0] or b[1] <= a[0] or a[3] <= b[2] or b[3] <= a[2], (a, b)  # no two overlap
+    shot(pg, f"phone-{tab}")
     context.close()

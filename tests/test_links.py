@@ -46,7 +46,7 @@ def test_every_tab_input_has_a_link_parameter(table):
     import app
 
     for name, part in app.tab_parts.items():
-        assert [p.component for p in table[name]] == list(part["load"][1]), name  # the order the tab renders in
+        assert [p.component for p in table[name]] == list(part["render"][1]), name  # the order the tab renders in
         assert len({p.name for p in table[name]}) == len(table[name]), name
 
 

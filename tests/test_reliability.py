@@ -1,6 +1,7 @@
 """Offline start, safe loading, and concurrent requests that never see each other's state."""
 
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -93,3 +94,25 @@ def test_concurrent_api_requests_get_their_own_answers(client):
     with ThreadPoolExecutor(8) as pool:
         together = list(pool.map(first, jobs * 4))
     assert together == alone * 4
+
+
+def test_gradio_cache_of_exports_shrinks_back(tmp_path):
+    """Every export is copied into Gradio's cache; the app has Gradio delete those copies once they
+    are ATTENTION_LAB_CACHE_SECONDS old, so the disk does not fill with them."""
+    cache = tmp_path / "gradio-cache"
+    port = free_port()
+    proc, _ = start_app(port, {"GRADIO_TEMP_DIR": str(cache), "ATTENTION_LAB_CACHE_SECONDS": "3"})
+    files = lambda: [p for p in cache.rglob("*") if p.is_file()]  # noqa: E731
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        for i in range(3):
+            out = client.predict(f"7 2 9 2 5 0 8 {i}", "sorter-pe", "1", "average", 6, [], api_name="/sort_export")
+            assert len(out) == 4
+        assert len(files()) >= 12  # 3 exports x json, csv, svg, png
+        deadline = time.monotonic() + 30
+        while files() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert files() == []
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -313,14 +313,14 @@ def test_translator_tab_callbacks(tiny_model, monkeypatch):
     german, fig, slider, bar, top5, stats, ref_summary, ref_fig, ref_table, info, note = out
     assert note.startswith("Final model")
     assert german == info["translation"] and "Hund" in german
-    assert list(fig.layout.xaxis.ticktext)[0] == "&lt;s&gt;"  # keys: what the decoder read, <s> first
-    assert list(fig.layout.yaxis.ticktext)[-1] == "&lt;/s&gt;"  # rows: what it produced, </s> last
+    assert list(fig.layout["xaxis"]["ticktext"])[0] == "&lt;s&gt;"  # keys: what the decoder read, <s> first
+    assert list(fig.layout["yaxis"]["ticktext"])[-1] == "&lt;/s&gt;"  # rows: what it produced, </s> last
     assert slider.maximum == len(info["steps"]) and len(top5) == 5
     cross_rows = [r for r in stats if r[0] == "cross-attention"]
     assert len(stats) == 3 * 2 * 4 and all(r[4] is None and r[5] is None and r[6] is None for r in cross_rows)
     assert "perplexity" in ref_summary and ref_table[-1][1] == "</s>"
     redrawn = tab.reselect(info, "cross-attention", "2", "average", 2)
-    assert "Step 2/" in redrawn[1].layout.title.text
+    assert "Step 2/" in redrawn[1].layout["title"]["text"]
     files = tab.export_view(info, "cross-attention", "1", "1")
     assert len(files) == 8  # the selected map and the reference's, four formats each
     ablated = tab.translate("A dog sleeps in the park.", 3, "", "cross-attention", "1", "average",

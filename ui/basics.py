@@ -16,7 +16,6 @@ import time
 import gradio as gr
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 import zoo
 from ui import plots
@@ -77,8 +76,7 @@ def scaling_figures(d_k, curves, point):
                             f"Mean largest softmax weight over {point.n_keys} keys", "d_k", "weight",
                             log_x=True, dash={f"uniform (1/{point.n_keys})"})
     for fig, ys in ((std, (point.std_raw, point.std_scaled)), (peak, (point.max_raw, point.max_scaled))):
-        fig.add_trace(go.Scatter(x=[d_k, d_k], y=list(ys), mode="markers", name=f"d_k = {d_k}",
-                                 marker=dict(size=12, symbol="diamond", color="black")))
+        fig.data.append(plots.points([d_k, d_k], ys, f"d_k = {d_k}"))
     return std, peak
 
 
@@ -147,15 +145,14 @@ def masks(n_tokens=6, n_pad=2, wrong_axis=False):
 def positions_figure(pe):
     """(positions, dims) sinusoidal table as a diverging heatmap: values are signed, -1..1."""
     n, d = pe.shape
-    fig = go.Figure(go.Heatmap(
-        z=np.round(pe, 4), x=list(range(d)), y=list(range(n)), zmin=-1, zmax=1, zmid=0,
-        colorscale=plots.DIVERGING, reversescale=True, colorbar=dict(title="value", thickness=12),
-        hovertemplate="position %{y}, dimension %{x}: %{z:.3f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", title="position")
-    fig.update_xaxes(title="dimension (even: sin, odd: cos; frequency falls to the right)")
-    fig.update_layout(title=dict(text=f"Sinusoidal positional encoding, {n} positions × d_model = {d}", x=0.5),
-                      font=plots.FONT, height=min(640, max(320, 6 * n + 160)), margin=dict(l=70, r=20, t=60, b=60))
-    return fig
+    heat = {"type": "heatmap", "z": np.round(pe, 4).tolist(), "x": list(range(d)), "y": list(range(n)), "zmin": -1,
+            "zmax": 1, "zmid": 0, "colorscale": plots.DIVERGING, "reversescale": True,
+            "colorbar": {"title": {"text": "value"}, "thickness": 12},
+            "hovertemplate": "position %{y}, dimension %{x}: %{z:.3f}<extra></extra>"}
+    return plots.Figure(data=[heat], layout=plots.layout(
+        f"Sinusoidal positional encoding, {n} positions × d_model = {d}",
+        "dimension (even: sin, odd: cos; frequency falls to the right)", "position",
+        height=min(640, max(320, 6 * n + 160)), yaxis={"autorange": "reversed"}))
 
 
 @user_errors
@@ -193,19 +190,21 @@ _cost = {"at": -float("inf"), "result": None}
 _cost_lock = threading.Lock()
 
 
-def measured_cost():
+def measured_cost(progress=None):
     """basics.attention_cost(), re-measured at most once a minute: the measurement keeps a CPU busy
     for seconds, so repeated clicks (by anyone) within a minute share one run."""
     with _cost_lock:
         if time.monotonic() - _cost["at"] > COST_REUSE_SECONDS:
-            _cost["result"], _cost["at"] = basics.attention_cost(), time.monotonic()
+            _cost["result"], _cost["at"] = basics.attention_cost(progress=progress), time.monotonic()
         return _cost["result"], time.monotonic() - _cost["at"]
 
 
 @user_errors
-def cost():
-    """/basics_cost: time and score-matrix memory of one attention layer for T = 256 ... 4096."""
-    res, age = measured_cost()
+def cost(progress=gr.Progress()):
+    """/basics_cost: time and score-matrix memory of one attention layer for T = 256 ... 4096. The
+    run is one at a time for the whole server: others wait in the queue and see their place; the
+    one measuring sees which length it is at."""
+    res, age = measured_cost(lambda fraction, what: progress(fraction, desc=f"Measuring {what}"))
     rows = res["rows"]
     ts = [r["T"] for r in rows]
     ours = [1e3 * r["ours_s"] for r in rows]
@@ -277,19 +276,19 @@ def phobert_counts():
 
 def shares_figure(breakdowns):
     """Horizontal stacked bars: each model's parameters split into parts, as shares of its total."""
-    fig = go.Figure()
     parts = [p for p in PART_COLORS if any(b.get(p) for b in breakdowns.values())]
     names = [plots.label(n) for n in breakdowns]
+    bars = []
     for part in parts:
         counts = [b.get(part, 0) for b in breakdowns.values()]
         shares = [100 * c / sum(b.values()) for c, b in zip(counts, breakdowns.values(), strict=True)]
-        fig.add_trace(go.Bar(y=names, x=shares, name=part, orientation="h", marker_color=PART_COLORS[part],
-                             customdata=counts, hovertemplate=part + ": %{customdata:,} (%{x:.1f}%)<extra></extra>"))
-    fig.update_layout(barmode="stack", title=dict(text="Where the parameters are", x=0.5), font=plots.FONT,
-                      xaxis=dict(title="share of parameters (%)", range=[0, 100]), plot_bgcolor="white",
-                      height=160 + 50 * len(names), legend=dict(orientation="h", y=-0.3),
-                      margin=dict(l=120, r=20, t=60, b=80))
-    return fig
+        bars.append({"type": "bar", "y": names, "x": shares, "name": part, "orientation": "h",
+                     "marker": {"color": PART_COLORS[part]}, "customdata": counts,
+                     "hovertemplate": part + ": %{customdata:,} (%{x:.1f}%)<extra></extra>"})
+    layout = plots.layout("Where the parameters are", "share of parameters (%)", "", height=160 + 50 * len(names),
+                          xaxis={"range": [0, 100]}, barmode="stack", legend={"orientation": "h", "y": -0.3})
+    layout["margin"] = {"l": 120, "r": 20, "t": 60, "b": 80}
+    return plots.Figure(data=bars, layout=layout)
 
 
 @user_errors
@@ -468,11 +467,22 @@ PANELS = (qkv_panel, scaling_panel, masks_panel, positions_panel, cost_panel, ve
 
 
 def build(demo):
-    """The "Attention basics" tab: the panels in order, each filled on page load with the article's defaults."""
-    with gr.Tab("Attention basics", id="basics"):
+    """The "Attention basics" tab: the panels in order; its render fills every panel with the
+    article's defaults."""
+    with gr.Tab("Attention basics", id="basics") as tab:
         gr.Markdown("How attention works, one step at a time, computed live from your settings. The defaults "
                     "are the article's figures, so you can check them.")
         renders = [render for panel in PANELS for render in panel()]
-    for i, (fn, inputs, outputs) in enumerate(renders):
-        on(demo.load, fn, inputs, outputs, api_name=f"basics_load_{i}", api_visibility="private")
-    return {"params": [], "load": None}
+    inputs = [c for _, ins, _ in renders for c in ins]
+    outputs = [c for _, _, outs in renders for c in outs]
+
+    def render_all(*values):
+        """Every panel's callback on its own slice of the inputs, outputs in panel order."""
+        out, at = [], 0
+        for fn, ins, outs in renders:
+            result = fn(*values[at: at + len(ins)])
+            out += [result] if len(outs) == 1 else list(result)
+            at += len(ins)
+        return out
+
+    return {"tab": tab, "params": [], "render": (render_all, inputs, outputs)}

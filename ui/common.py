@@ -13,6 +13,13 @@ import zoo
 from zoo.basics import whole_number  # noqa: F401 - the one whole-number check, shared by the tabs
 
 log = logging.getLogger("attention_lab")
+# A visitor's stored results (a translation to redraw from, an analysis) are freed this long after
+# they were last updated, so that a public server's memory does not fill with abandoned sessions.
+STATE_SECONDS = 30 * 60
+# Under every per-head statistics table: what its columns mean, in one line.
+STATS_EXPLAINED = ("*entropy*: how spread a query's attention is, in nats (0: all on one key; ln T: even over T keys) "
+                   "· *self*, *previous*, *next*, *first token*: the share of attention on the token itself, the one "
+                   "before, the one after, and the first one · means over queries, 3 significant digits.")
 _lock = threading.Lock()
 _models = {}
 
@@ -71,6 +78,43 @@ def on(triggers, fn, inputs=None, outputs=None, **kwargs):
     return gr.on(triggers, fn, inputs, outputs, preprocess=False, **kwargs)
 
 
+def once(fn, keep=lambda result: True):
+    """fn(), computed on the first call and then served from memory to every caller; a result that
+    keep() rejects, or a call that raises, is not remembered. For what is the same for every
+    visitor, like a tab's default view."""
+    lock, kept = threading.Lock(), []
+
+    def cached():
+        with lock:
+            if kept:
+                return kept[0]
+            result = fn()
+            if keep(result):
+                kept.append(result)
+            return result
+
+    return cached
+
+
+def fill_when_opened(part):
+    """Wire a tab that is filled the first time a visitor opens it, not at page load: the default
+    inputs' result is computed once per process, then served to every visitor from memory. A hidden
+    marker in the page records that the tab is filled (a shared link fills it too), so opening it
+    again changes nothing. Returns the marker."""
+    fn, inputs, outputs = part["render"]
+    defaults = [c.value for c in inputs]
+    default_view = once(lambda: fn(*defaults), part.get("keep", lambda result: True))
+    marker = gr.Textbox("", visible="hidden", elem_id=f"{part['tab'].id}-filled")
+
+    def first_open(filled):
+        if filled:
+            return [gr.skip()] * (len(outputs) + 1)
+        return [*default_view(), "1"]
+
+    on(part["tab"].select, first_open, [marker], [*outputs, marker], api_visibility="private")
+    return marker
+
+
 def check_text(text, what, max_chars):
     """Common text checks: a string, not blank, not absurdly long, valid Unicode."""
     if not isinstance(text, str):
@@ -108,6 +152,16 @@ def quote(text, limit=30):
     """A short, printable excerpt of user input for an error message."""
     text = as_text("".join(c if c.isprintable() else "�" for c in str(text)))
     return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def significant(x, digits=3):
+    """x rounded to `digits` significant digits (still a number: tables sort it as one)."""
+    return x if x is None or isinstance(x, (int, str)) or x == 0 else float(f"{x:.{digits}g}")
+
+
+def table_rows(stats):
+    """zoo.stats.head_table rows as table rows, numbers at 3 significant digits."""
+    return [[significant(v) for v in row.values()] for row in stats]
 
 
 def head_names(n_layer, n_head, prefix=""):

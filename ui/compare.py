@@ -126,7 +126,7 @@ def permutation_test(text, seed=0):
 
 
 def build(demo):
-    with gr.Tab("PE vs no-PE", id="compare"):
+    with gr.Tab("PE vs no-PE", id="compare") as tab:
         gr.Markdown(
             "The same architecture, trained the same way; the only difference is the sinusoidal positional "
             "encoding added to the digit embeddings. Without it, attention cannot tell positions apart: "
@@ -147,9 +147,6 @@ def build(demo):
             pe_map = gr.Plot(label="With positional encoding", elem_id="compare-pe")
             nope_map = gr.Plot(label="Without positional encoding", elem_id="compare-nope")
             diff_map = gr.Plot(label="Difference", elem_id="compare-diff")
-        with gr.Row():
-            export_btn = gr.Button("Export these views (JSON, CSV, SVG, PNG)", elem_id="compare-export")
-            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="compare-files")
         params = [links.Param("digits", digits, linked_digits), links.Param("layer", layer), links.Param("head", head),
                   links.Param("step", snapshot)]
         inputs, outputs = [p.component for p in params], [answer, pe_map, nope_map, diff_map]
@@ -157,8 +154,7 @@ def build(demo):
         on(digits.submit, compare, inputs, outputs, api_visibility="private")
         on([layer.input, head.input, snapshot.release], compare, inputs, outputs, api_visibility="private",
               trigger_mode="always_last")
-        on(export_btn.click, export_compare, inputs, files, api_name="compare_export")
-        links.add_link_button("compare", params)
+        links.share_panel("compare", params, export_compare, inputs, "compare_export", "these views")
 
         gr.Markdown("### Permutation test\nShuffle the input and see which model's answers simply follow the digits.")
         with gr.Row():
@@ -176,4 +172,4 @@ def build(demo):
             gr.Dataframe(accuracy_table(), headers=["model", "per-position accuracy", "whole-sequence accuracy",
                                                     "sequences"], interactive=False, elem_id="compare-accuracy")
             gr.Plot(loss_curves(), label="Training loss", elem_id="compare-loss")
-    return {"params": params, "load": (compare, inputs, outputs)}
+    return {"tab": tab, "params": params, "render": (compare, inputs, outputs)}

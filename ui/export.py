@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import tempfile
 import threading
@@ -23,7 +24,9 @@ from plotly.colors import sample_colorscale
 
 FORMAT = "attention-lab/attention-view@1"
 EXPORT_DIR = Path(tempfile.mkdtemp(prefix="attention-lab-export-"))
-KEEP_SECONDS = 15 * 60
+# Gradio copies what a callback returns into its own cache; both copies are deleted after this long
+# (app.py gives Gradio the same age), so exports do not fill the disk.
+KEEP_SECONDS = int(os.environ.get("ATTENTION_LAB_CACHE_SECONDS", 15 * 60))
 CELL, MARGIN, MAX_SIDE = 36, 120, 1400  # cells shrink so the map stays within MAX_SIDE pixels
 _cleanup_lock = threading.Lock()
 FONT_PATHS = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "DejaVuSans.ttf"]

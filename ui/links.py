@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import gradio as gr
 
@@ -173,6 +173,17 @@ def link_query(tab, params, *values):
 TO_URL_JS = "(q) => q && q.startsWith('?') ? window.location.origin + window.location.pathname + q : q"
 
 
+def share_panel(tab, params, export_fn, export_inputs, export_api, what="this view"):
+    """The tab's closed "Export and link" box: downloads of the view (JSON, CSV, SVG, PNG) and the
+    address that reopens it. Closed, it costs a visitor's browser nothing until opened."""
+    with gr.Accordion(f"Export {what} · link to it", open=False, elem_id=f"{tab}-share"):
+        with gr.Row():
+            export = gr.Button(f"Export {what} (JSON, CSV, SVG, PNG)", elem_id=f"{tab}-export")
+            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id=f"{tab}-files")
+        on(export.click, export_fn, export_inputs, files, api_name=export_api)
+        add_link_button(tab, params)
+
+
 def add_link_button(tab, params):
     """A 'Link to this view' button + the box that shows the link, inside the current tab."""
     with gr.Row():
@@ -182,3 +193,43 @@ def add_link_button(tab, params):
         accepted(p.component)  # a component without a link rule fails here, when the tab is built
     on(btn.click, lambda *v: link_query(tab, params, *v), [p.component for p in params], box,
        api_visibility="private").then(None, box, box, js=TO_URL_JS, api_visibility="private")
+
+
+# Runs in the browser at page load: it hands the address's query to the server only when it names a
+# tab, so opening the page without a shared link makes no request at all.
+READ_LINK_JS = "() => new URLSearchParams(window.location.search).has('tab') ? window.location.search : ''"
+
+
+def open_shared_links(demo, tabs, parts, markers):
+    """Wire the page load: a shared link's parameters are checked, the linked tab is selected and
+    filled with them, all in one request; any other page load asks the server for nothing.
+
+    parts: {tab id: the tab's build() record}; markers: {tab id: the hidden box fill_when_opened
+    made for a tab that fills itself when first opened}."""
+    link = gr.Textbox("", visible="hidden", elem_id="link-query")
+    on(demo.load, None, None, link, js=READ_LINK_JS)
+    tab_params = {name: part["params"] for name, part in parts.items()}
+    inputs = [p.component for params in tab_params.values() for p in params]
+    views = [(name, part["render"], markers.get(name)) for name, part in parts.items()]
+    outputs = [tabs, *inputs]
+    for _, (_, _, view_outputs), marker in views:
+        outputs += [*view_outputs] + ([marker] if marker else [])
+
+    def open_link(query):
+        tab, values, message = restore(dict(parse_qsl(query.lstrip("?"), keep_blank_values=True)), tab_params)
+        out = [gr.Tabs(selected=tab) if tab else gr.skip()] + [values.get(c, gr.skip()) for c in inputs]
+        for name, (fn, view_inputs, view_outputs), marker in views:
+            view = None
+            if name == tab:
+                try:
+                    view = list(fn(*[values.get(c, c.value) for c in view_inputs]))
+                except gr.Error as e:  # the values passed every rule but the tab still refused them
+                    message = "\n".join(filter(None, [message, e.message]))
+            out += view or [gr.skip()] * len(view_outputs)
+            if marker:
+                out.append("1" if view else gr.skip())
+        if message:
+            gr.Warning(message, duration=20)
+        return out
+
+    on(link.change, open_link, [link], outputs, api_visibility="private")

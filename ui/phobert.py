@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import gradio as gr
 
 from ui import links, plots
-from ui.common import as_text, check_text, choose, log, on, quote, user_errors, whole_number
+from ui.common import (
+    STATE_SECONDS,
+    STATS_EXPLAINED,
+    as_text,
+    check_text,
+    choose,
+    log,
+    on,
+    quote,
+    table_rows,
+    user_errors,
+    whole_number,
+)
 from ui.export import export_files
 from zoo import phobert
 from zoo.stats import head_table
@@ -18,8 +31,12 @@ EXAMPLES = [[DEFAULT, True], ["Hà Nội là thủ đô của Việt Nam .", Tru
 MAX_CHARS = 2000
 VIEWS = ["subword tokens", "words"]
 STATS_HEADERS = ["layer", "head", "entropy (nats)", "self", "previous", "next", "<s>"]
-UNAVAILABLE = ("### PhoBERT is not available here\n{reason}\n\nThe other tabs work without it. On a Hugging Face "
-               "Space (or any machine online) the weights (~540 MB) download on first use.")
+UNAVAILABLE = ("### PhoBERT is not available here\n{reason}\n\n**What to do:** run the app where it can reach the "
+               "Hugging Face Hub (a Space does), and the weights (~540 MB) download on first use; or set "
+               "`PHOBERT_PATH` to a local copy of `vinai/phobert-base`. The other tabs work without it.")
+BREAKDOWN_NOTE = {True: "\n\nThe parameter breakdown below is computed from the model's config.json alone.",
+                  False: "\n\nWith its config.json at hand (the local folder, or the Hub's cache) this tab would "
+                         "also show where its parameters are."}
 
 
 class Unavailable(gr.Error):
@@ -72,8 +89,10 @@ def summary_text(result):
             f"Words ({len(result.words)}): {' | '.join(result.words)}")
 
 
-def breakdown_rows():
-    b = phobert.parameter_breakdown(phobert.explorer().model)
+def breakdown_rows(b):
+    """The parameter table of a breakdown (zoo.phobert.parameter_breakdown), or [] for None."""
+    if not b:
+        return []
     total = b["total"]
     rows = [["total", total, 1.0], ["embeddings", b["embeddings"], b["embeddings_share"]],
             [f"encoder blocks ({b['n_blocks']})", b["blocks"], b["blocks"] / total],
@@ -107,8 +126,9 @@ def analyze(text, segment=True, layer=1, head=1, token=None, view="subword token
     status = (f"PhoBERT ({phobert.explorer().source}): {n_layer} layers × {n_head} heads, "
               f"{len(result.tokens)} tokens, {len(result.words)} words.")
     choices = [(f"{i}: {t}", i) for i, t in enumerate(result.tokens)]
-    return (summary_text(result), status, entropy_map, fig, top, entropy_fig, bos_fig,
-            [list(r.values()) for r in stats], breakdown_rows(),
+    breakdown = breakdown_rows(phobert.parameter_breakdown(phobert.explorer().model))
+    return (summary_text(result), status, gr.Column(visible=True), entropy_map, fig, top, entropy_fig, bos_fig,
+            table_rows(stats), breakdown,
             gr.Dropdown(choices=choices, value=token_index(result, token, strict=False)),
             gr.Slider(maximum=n_layer), gr.Slider(maximum=n_head), result)
 
@@ -131,12 +151,16 @@ def export_view(result, layer, head, view):
 
 
 def on_load(*args):
-    """Page load: like /phobert, but when PhoBERT can't be had the tab explains itself in place
-    (no error pop-up on every page view)."""
+    """The tab's first view: like /phobert, but when PhoBERT can't be had the tab explains itself in
+    place (no error pop-up): what is missing, what to do, and the parameter breakdown its config
+    gives; the empty analysis views are hidden."""
     try:
         return analyze(*args)
     except Unavailable as e:
-        return ("", UNAVAILABLE.format(reason=e.message), *[gr.skip()] * 11)
+        breakdown = phobert.explorer().offline_breakdown()
+        message = UNAVAILABLE.format(reason=e.message) + BREAKDOWN_NOTE[breakdown is not None]
+        return ("", message, gr.Column(visible=False), *[gr.skip()] * 6, breakdown_rows(breakdown),
+                *[gr.skip()] * 4)
 
 
 def linked_text(text):
@@ -168,26 +192,9 @@ def preload_in_background():
     threading.Thread(target=load, name="phobert-preload", daemon=True).start()
 
 
-def build(demo):
-    with gr.Tab("PhoBERT heads", id="phobert"):
-        gr.Markdown(
-            "[PhoBERT](https://huggingface.co/vinai/phobert-base) is a RoBERTa for Vietnamese "
-            "(phobert-base: 12 layers × "
-            "12 heads). "
-            "Vietnamese writes a space between syllables, so the text is first **word-segmented** with pyvi "
-            "(syllables of a word joined by `_`), then split into subword pieces (`@@` marks a piece that continues).")
-        result = gr.State()
-        with gr.Row():
-            with gr.Column(scale=2):
-                text = gr.Textbox(DEFAULT, label="Vietnamese text", lines=2, max_length=MAX_CHARS,
-                                  elem_id="phobert-input")
-                segment = gr.Checkbox(True, label="Segment words with pyvi (untick if you joined syllables with _)")
-                btn = gr.Button("Analyse", variant="primary", elem_id="phobert-run")
-                gr.Examples(EXAMPLES, inputs=[text, segment])
-            with gr.Column(scale=3):
-                summary = gr.Textbox(label="Segmentation and tokens", lines=3, interactive=False,
-                                     elem_id="phobert-output")
-                status = gr.Markdown(elem_id="phobert-status")
+def analysis_views():
+    """Everything that shows an analysis: hidden, with its empty frames, while PhoBERT is unavailable."""
+    with gr.Column() as column:
         overview = gr.Plot(label="Layer × head overview", elem_id="phobert-overview")
         with gr.Row():
             layer = gr.Slider(1, 12, value=1, step=1, label="Layer", elem_id="phobert-layer")
@@ -202,26 +209,49 @@ def build(demo):
         with gr.Row():
             entropy_fig = gr.Plot(label="Entropy by layer", elem_id="phobert-entropy")
             bos_fig = gr.Plot(label="<s> share by layer", elem_id="phobert-bos")
-        gr.Markdown("### Per-head statistics (click a row to show that head)")
-        stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="phobert-stats")
+        with gr.Accordion("Per-head statistics for this text", open=False, elem_id="phobert-stats-box"):
+            gr.Markdown("Click a row to show that head. " + STATS_EXPLAINED)
+            stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="phobert-stats")
+    return SimpleNamespace(column=column, overview=overview, layer=layer, head=head, view=view, heat=heat,
+                           token=token, top=top, entropy_fig=entropy_fig, bos_fig=bos_fig, stats=stats)
+
+
+def build(demo):
+    with gr.Tab("PhoBERT heads", id="phobert") as tab:
+        gr.Markdown(
+            "[PhoBERT](https://huggingface.co/vinai/phobert-base) is a RoBERTa for Vietnamese. Vietnamese writes a "
+            "space between syllables, so the text is first **word-segmented** with pyvi (syllables of a word joined "
+            "by `_`), then split into subword pieces (`@@` marks a piece that continues).")
+        result = gr.State(time_to_live=STATE_SECONDS)
+        with gr.Row():
+            with gr.Column(scale=2):
+                text = gr.Textbox(DEFAULT, label="Vietnamese text", lines=2, max_length=MAX_CHARS,
+                                  elem_id="phobert-input")
+                segment = gr.Checkbox(True, label="Segment words with pyvi (untick if you joined syllables with _)")
+                btn = gr.Button("Analyse", variant="primary", elem_id="phobert-run")
+                gr.Examples(EXAMPLES, inputs=[text, segment])
+            with gr.Column(scale=3):
+                summary = gr.Textbox(label="Segmentation and tokens", lines=3, interactive=False,
+                                     elem_id="phobert-output")
+                status = gr.Markdown(elem_id="phobert-status")
+        a = analysis_views()
         gr.Markdown("### Where the parameters are")
         params = gr.Dataframe(headers=["part", "parameters", "share"], interactive=False, elem_id="phobert-params")
-        with gr.Row():
-            export_btn = gr.Button("Export the selected head (JSON, CSV, SVG, PNG)", elem_id="phobert-export")
-            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="phobert-files")
         link_params = [links.Param("text", text, linked_text), links.Param("segment", segment),
-                       links.Param("layer", layer), links.Param("head", head),
-                       links.Param("token", token, linked_token),
-                       links.Param("view", view)]
+                       links.Param("layer", a.layer), links.Param("head", a.head),
+                       links.Param("token", a.token, linked_token), links.Param("view", a.view)]
         inputs = [p.component for p in link_params]
-        outputs = [summary, status, overview, heat, top, entropy_fig, bos_fig, stats, params, token, layer, head,
-                   result]
+        outputs = [summary, status, a.column, a.overview, a.heat, a.top, a.entropy_fig, a.bos_fig, a.stats, params,
+                   a.token, a.layer, a.head, result]
         on(btn.click, analyze, inputs, outputs, api_name="phobert")
         on(text.submit, analyze, inputs, outputs, api_visibility="private")
-        on([layer.release, head.release, token.input, view.input], reselect,
-           [result, layer, head, token, view], [heat, top], api_visibility="private", trigger_mode="always_last")
-        on(stats.select, select_row, None, [layer, head], api_visibility="private").then(
-            reselect, [result, layer, head, token, view], [heat, top], api_visibility="private", preprocess=False)
-        on(export_btn.click, export_view, [result, layer, head, view], files, api_name="phobert_export")
-        links.add_link_button("phobert", link_params)
-    return {"params": link_params, "load": (on_load, inputs, outputs)}
+        redraw = dict(fn=reselect, inputs=[result, a.layer, a.head, a.token, a.view], outputs=[a.heat, a.top],
+                      api_visibility="private")
+        on([a.layer.release, a.head.release, a.token.input, a.view.input], trigger_mode="always_last", **redraw)
+        on(a.stats.select, select_row, None, [a.layer, a.head], api_visibility="private").then(
+            **redraw, preprocess=False)
+        links.share_panel("phobert", link_params, export_view, [result, a.layer, a.head, a.view], "phobert_export",
+                          "the selected head")
+    # The default view is remembered only once PhoBERT has answered (it may still be loading).
+    return {"tab": tab, "params": link_params, "render": (on_load, inputs, outputs),
+            "keep": lambda view: bool(view[0])}

@@ -6,12 +6,12 @@ import re
 
 import gradio as gr
 import numpy as np
-import plotly.graph_objects as go
 import torch
 
 import zoo
 from ui import links, plots
 from ui.common import (
+    STATS_EXPLAINED,
     choose,
     head_mask,
     head_names,
@@ -20,6 +20,7 @@ from ui.common import (
     quote,
     select_head_map,
     snapshots,
+    table_rows,
     user_errors,
     whole_number,
 )
@@ -98,34 +99,34 @@ def marks_html(pred, target):
             f'{" — sorted correctly" if right == len(pred) else ""}</p>')
 
 
-def overview_figure(maps, tokens, title):
-    """Every layer (rows) x every head + the head average (columns), one small map each.
-
-    Built as one figure description (axes placed by hand) rather than with make_subplots and
-    repeated updates: plotly validates every update, and this figure is redrawn on every request."""
-    n_layer, n_head = maps.shape[:2]
-    n_col, gap = n_head + 1, 0.02
-    width, height = (1 - gap * (n_col - 1)) / n_col, (1 - 0.1 * (n_layer - 1)) / n_layer
-    labels = [plots.label(t) for t in tokens]
-    hover = np.array([[[q, k] for k in labels] for q in labels], dtype=object)
-    data, layout = [], {}
-    for layer in range(n_layer):
-        for c in range(n_col):
-            i = layer * n_col + c + 1
-            w = maps[layer].mean(0) if c == n_head else maps[layer, c]
-            data.append(go.Heatmap(z=w, coloraxis="coloraxis", customdata=hover, xaxis=f"x{i}", yaxis=f"y{i}",
-                                   hovertemplate="%{customdata[0]} → %{customdata[1]}: %{z:.3f}<extra></extra>"))
-            x0, y1 = c * (width + gap), 1 - layer * (height + 0.1)
-            layout[f"xaxis{i}"] = dict(domain=[x0, min(1.0, x0 + width)], anchor=f"y{i}", showticklabels=False)
-            layout[f"yaxis{i}"] = dict(domain=[max(0.0, y1 - height), y1], anchor=f"x{i}", showticklabels=False,
-                                       autorange="reversed")
-            name = "average" if c == n_head else f"head {c + 1}"
-            layout.setdefault("annotations", []).append(dict(
-                text=f"L{layer + 1} {name}", x=x0 + width / 2, y=y1, xref="paper", yref="paper",
-                xanchor="center", yanchor="bottom", showarrow=False))
-    layout.update(coloraxis=dict(colorscale=plots.COLORSCALE, cmin=0, cmax=1), height=170 * n_layer + 80,
-                  title=dict(text=title, x=0.5), font=plots.FONT, margin=dict(l=20, r=20, t=70, b=20))
-    return go.Figure(data=data, layout=layout)
+def overview_figure(maps, title):
+    """Every layer (rows) x every head and the heads' average (columns) as one mosaic: a single
+    heatmap of T x T tiles with a blank row and column between them, each tile titled, so the
+    browser draws one trace instead of a dozen subplots. Hover names the tile, row and column."""
+    n_layer, n_head, t = maps.shape[0], maps.shape[1], maps.shape[-1]
+    tiles = [[maps[layer, h] for h in range(n_head)] + [maps[layer].mean(0)] for layer in range(n_layer)]
+    names = [f"H{h + 1}" for h in range(n_head)] + ["avg"]
+    step = t + 1  # a tile and the gap after it
+    z = np.full((n_layer * step - 1, len(names) * step - 1), np.nan)
+    where = np.full(z.shape, "", dtype=object)
+    for layer, row in enumerate(tiles):
+        for c, w in enumerate(row):
+            z[layer * step: layer * step + t, c * step: c * step + t] = w
+            where[layer * step: layer * step + t, c * step: c * step + t] = f"L{layer + 1} {names[c]}"
+    q, k = np.indices(z.shape)
+    hover = np.stack([where, q % step, k % step], axis=-1)  # (rows, cols, 3): tile, query, key
+    heat = {"type": "heatmap", "z": np.round(z, 3).tolist(), "customdata": hover.tolist(), "zmin": 0, "zmax": 1,
+            "colorscale": plots.COLORSCALE, "xgap": 0, "ygap": 0, "colorbar": {"thickness": 12},
+            "hovertemplate": "%{customdata[0]}: row %{customdata[1]} → column %{customdata[2]}: %{z:.3f}"
+                             "<extra></extra>"}
+    titles = [{"text": f"L{layer + 1} {name}", "x": c * step + (t - 1) / 2, "y": layer * step - 0.6,
+               "xref": "x", "yref": "y", "showarrow": False, "yanchor": "bottom"}
+              for layer in range(n_layer) for c, name in enumerate(names)]
+    hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": ""}
+    return plots.Figure(data=[heat], layout={
+        "title": {"text": plots.label(title), "x": 0.5}, "font": plots.FONT, "height": 170 * n_layer + 90,
+        "plot_bgcolor": "white", "paper_bgcolor": "white", "margin": {"l": 20, "r": 20, "t": 80, "b": 20},
+        "annotations": titles, "xaxis": hidden, "yaxis": {**hidden, "autorange": "reversed"}})
 
 
 def pick_net(name, snapshot):
@@ -169,8 +170,8 @@ def sort_digits(text, model_name="sorter-pe", layer="1", head="average", snapsho
                                   x_title="key: input position (digit)", y_title="query: input position (digit)")
     stats = head_table(maps, sorter_answer_keys(digits))
     return (" ".join(map(str, pred)), marks_html(pred, target), fig,
-            overview_figure(maps, tokens, f"{name}: all layers and heads"),
-            snap_note + "\n" + ablation_note(net, mask, ablate), [list(r.values()) for r in stats])
+            overview_figure(maps, f"{name}: all layers and heads"),
+            snap_note + "\n" + ablation_note(net, mask, ablate), table_rows(stats))
 
 
 @user_errors
@@ -193,8 +194,10 @@ def select_head(evt: gr.SelectData):
 
 
 def build(demo):
-    """The tab; returns its input components (for deep links) and its first render (for page load)."""
-    with gr.Tab("Sorter", id="sorter"):
+    """The first tab, shown at page load with the default input's result already in place: it is
+    computed here, once per process, and every visitor's page carries it (no event at page load)."""
+    first = sort_digits(DEFAULT, "sorter-pe", "1", "average", FINAL_SNAPSHOT, [])
+    with gr.Tab("Sorter", id="sorter") as tab:
         gr.Markdown(
             f"A {N_LAYER}-layer Transformer ({model('sorter-pe').num_parameters():,} parameters) reads {SEQ_LEN} "
             "digits and writes them sorted: output position *i* is the *i*-th smallest digit. Each heatmap row is a "
@@ -214,18 +217,16 @@ def build(demo):
                 btn = gr.Button("Sort", variant="primary", elem_id="sorter-run")
                 gr.Examples(EXAMPLES, inputs=[digits])
             with gr.Column(scale=3):
-                answer = gr.Textbox(label="Predicted sorted sequence", elem_id="sorter-answer", interactive=False)
-                marks = gr.HTML(elem_id="sorter-marks")
-                note = gr.Textbox(label="Model state", lines=2, interactive=False, elem_id="sorter-note")
-                heat = gr.Plot(label="Attention of the selected head", elem_id="sorter-heatmap")
-        overview = gr.Plot(label="All layers and heads", elem_id="sorter-overview")
-        gr.Markdown("**Per-head statistics** for this input (click a column to sort, a row to show that head). "
-                    "*answer digit* is the share of attention a query puts on the input positions holding the "
-                    "digit it must output.")
-        stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="sorter-stats")
-        with gr.Row():
-            export_btn = gr.Button("Export this view (JSON, CSV, SVG, PNG)", elem_id="sorter-export")
-            files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="sorter-files")
+                answer = gr.Textbox(first[0], label="Predicted sorted sequence", elem_id="sorter-answer",
+                                    interactive=False)
+                marks = gr.HTML(first[1], elem_id="sorter-marks")
+                note = gr.Textbox(first[4], label="Model state", lines=2, interactive=False, elem_id="sorter-note")
+                heat = gr.Plot(first[2], label="Attention of the selected head", elem_id="sorter-heatmap")
+        overview = gr.Plot(first[3], label="All layers and heads", elem_id="sorter-overview")
+        with gr.Accordion("Per-head statistics for this input", open=False, elem_id="sorter-stats-box"):
+            gr.Markdown("Click a column to sort, a row to show that head. " + STATS_EXPLAINED + " *answer digit*: the "
+                        "share a query puts on the input positions holding the digit it must output.")
+            stats = gr.Dataframe(first[5], headers=STATS_HEADERS, interactive=False, elem_id="sorter-stats")
         params = [links.Param("digits", digits, linked_digits), links.Param("model", choice),
                   links.Param("layer", layer), links.Param("head", head), links.Param("step", snapshot),
                   links.Param("off", ablate)]
@@ -239,6 +240,5 @@ def build(demo):
                      trigger_mode="always_last")
         on([choice.input, layer.input, head.input, snapshot.release, ablate.input], **rerun)
         on(stats.select, select_head, None, [layer, head], api_visibility="private").then(**rerun, preprocess=False)
-        on(export_btn.click, export_view, inputs, files, api_name="sort_export")
-        links.add_link_button("sorter", params)
-    return {"params": params, "load": (sort_digits, inputs, outputs)}
+        links.share_panel("sorter", params, export_view, inputs, "sort_export")
+    return {"tab": tab, "params": params, "render": (sort_digits, inputs, outputs), "embedded": True}

@@ -9,6 +9,8 @@ import gradio as gr
 import zoo
 from ui import links, plots
 from ui.common import (
+    STATE_SECONDS,
+    STATS_EXPLAINED,
     check_text,
     choose,
     head_mask,
@@ -260,24 +262,23 @@ def details():
         ref_plot = gr.Plot(label="Reference cross-attention")
         ref_table = gr.Dataframe(headers=["position", "token", "probability"], interactive=False,
                                  label="Probability of each reference token")
-    gr.Markdown("### Per-head statistics (click a row to show that head)")
-    stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="translator-stats")
-    with gr.Row():
-        export = gr.Button("Export the selected map (JSON, CSV, SVG, PNG)", elem_id="translator-export")
-        files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="translator-files")
+    with gr.Accordion("Per-head statistics for this sentence", open=False, elem_id="translator-stats-box"):
+        gr.Markdown("Click a row to show that head. " + STATS_EXPLAINED
+                    + " Blank: a statistic that means nothing for that kind of attention.")
+        stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, elem_id="translator-stats")
     return SimpleNamespace(step=step, step_bar=step_bar, step_table=step_table, ref_summary=ref_summary,
-                           ref_plot=ref_plot, ref_table=ref_table, stats=stats, export=export, files=files)
+                           ref_plot=ref_plot, ref_table=ref_table, stats=stats)
 
 
 def build(demo):
-    with gr.Tab("Translator", id="translator"):
+    with gr.Tab("Translator", id="translator") as tab:
         gr.Markdown(
             f"A small encoder–decoder Transformer ({N_ENC}+{N_DEC} layers, "
             f"{METRICS.get('training', {}).get('parameters', 0) / 1e6:.1f}M parameters) trained on Multi30k image "
             "descriptions. **Cross-attention** rows are German output tokens, columns English source tokens: "
             "each row shows where the decoder looked while writing that token. Step through the decoding "
             "with the slider; add a German reference to see how likely the model finds each of its tokens.")
-        info = gr.State()
+        info = gr.State(time_to_live=STATE_SECONDS)
         with gr.Row():
             with gr.Column(scale=2):
                 i = input_column()
@@ -301,6 +302,6 @@ def build(demo):
         on([v.component.input, v.layer.input, v.head.input, d.step.input], **redraw)
         on(d.stats.select, select_row, None, [v.component, v.layer, v.head], api_visibility="private").then(
             **redraw, preprocess=False)
-        on(d.export.click, export_view, [info, v.component, v.layer, v.head], d.files, api_name="translator_export")
-        links.add_link_button("translator", params)
-    return {"params": params, "load": (translate, inputs, outputs)}
+        links.share_panel("translator", params, export_view, [info, v.component, v.layer, v.head], "translator_export",
+                          "the selected map")
+    return {"tab": tab, "params": params, "render": (translate, inputs, outputs)}

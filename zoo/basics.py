@@ -276,7 +276,8 @@ def median_seconds(fn, repeats):
 
 
 @torch.inference_mode()
-def attention_cost(lengths=COST_LENGTHS, n_head=4, d_head=16, repeats=3, budget_s=4.0, max_mb=300.0):
+def attention_cost(lengths=COST_LENGTHS, n_head=4, d_head=16, repeats=3, budget_s=4.0, max_mb=300.0,
+                   progress=None):
     """Time one attention layer (batch 1) at each sequence length, ours against PyTorch's.
 
     Ours materialises the (B, H, T, T) score matrix, B*H*T*T*4 bytes (268 MB at T = 4096; the
@@ -284,14 +285,16 @@ def attention_cost(lengths=COST_LENGTHS, n_head=4, d_head=16, repeats=3, budget_
     F.scaled_dot_product_attention uses a fused flash / memory-efficient kernel that works in
     blocks and never holds the whole matrix. Caps: a length whose score matrix exceeds max_mb is
     skipped, and so is one whose predicted time (quadratic growth from the previous length) would
-    take the whole run past budget_s seconds.
+    take the whole run past budget_s seconds. progress(fraction, what), when given, hears of each length.
 
     Returns rows {T, ours_s, torch_s, score_mb} and skipped [(T, reason)].
     """
     g = torch.Generator().manual_seed(0)
     start, rows, skipped = time.perf_counter(), [], []
     last_t, last_s = None, 0.0
-    for t in sorted(lengths):
+    for i, t in enumerate(sorted(lengths)):
+        if progress:
+            progress(i / len(lengths), f"T = {t}")
         mb = n_head * t * t * 4 / 1e6  # B = 1, float32
         if mb > max_mb:
             skipped.append((t, f"its {mb:.0f} MB score matrix is over the {max_mb:.0f} MB cap"))
