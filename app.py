@@ -17,7 +17,7 @@ import time
 import gradio as gr
 import torch
 
-from ui import basics, compare, export, links, phobert, plots, sorter, translator
+from ui import basics, compare, export, links, phobert, playground, plots, sorter, translator
 from ui.common import fill_when_opened, preload
 
 # The Space has 2 vCPUs. Each event runs at most CONCURRENCY requests at once (Gradio's limit is
@@ -96,11 +96,12 @@ with gr.Blocks(title="Attention Lab", delete_cache=CACHE) as demo:
                 "small models trained in minutes, with numbers you can check.")
     with gr.Tabs() as tabs:
         parts = {"sorter": sorter.build(demo), "compare": compare.build(demo), "translator": translator.build(demo),
-                 "phobert": phobert.build(demo), "basics": basics.build(demo)}
+                 "phobert": phobert.build(demo), "playground": playground.build(demo), "basics": basics.build(demo)}
     # The first tab opens with its default view in place; every other tab fills itself when a visitor
     # first opens it, and a shared link fills the tab it names (ui.links): a page load does only the
     # visible tab's work.
-    markers = {name: fill_when_opened(part) for name, part in parts.items() if not part.get("embedded")}
+    markers = {name: fill_when_opened(part) for name, part in parts.items()
+               if part["render"] and not part.get("embedded")}
     links.open_shared_links(demo, tabs, parts, markers)
     tab_parts = {name: part for name, part in parts.items() if part["params"]}  # the linkable tabs
 

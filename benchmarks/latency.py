@@ -6,7 +6,9 @@ Start-up is measured in fresh processes started the way a user would (`python ap
 (HF_HUB_OFFLINE=1, an empty Hub cache, no PHOBERT_PATH): from launching the process to the page
 being served (median of --starts), and, inside it, the time to import app.py (Gradio, PyTorch, the
 zoo models). Latencies are medians over --requests sequential calls with gradio_client. Targets:
-start-up <= 5 s without PhoBERT, /sort <= 100 ms, /translate <= 250 ms. With --write the figures go
+start-up <= 5 s without PhoBERT, /sort <= 100 ms, /translate <= 250 ms; then the views computed
+on request (attribution, contrast, heads), and all five attribution methods for one translator
+token in process (<= 1 s; <= 3 s through the API). With --write the figures go
 into README.md's "Reliability and speed" table (between its markers).
 """
 
@@ -55,6 +57,49 @@ def api_latencies(port, requests):
     return sort_ms, translate_ms, phobert
 
 
+SENTENCE = "A man is riding a bicycle down the street."
+
+
+def attribution_in_process(repeats=5):
+    """Median seconds for all five methods on one translator token (zoo only, one thread, as the
+    app runs a request): the middle token of SENTENCE's own translation."""
+    import torch
+
+    import zoo
+    from zoo import attribution, decoding
+
+    torch.set_num_threads(1)
+    net = zoo.load("translator-en-de")
+    src_ids = net.encode_text(SENTENCE) + [net.eos_id]
+    out_ids = decoding.beam_search(net, net.batch_source([SENTENCE]), 5)[0] + [net.eos_id]
+    step = len(out_ids) // 2
+
+    def once():
+        cross, composed = attribution.translator_maps(net, src_ids, out_ids)
+        rows = attribution.attention_rows(cross, step, 0, 0, composed[-1])
+        attribution.explain(attribution.translator_target(net, src_ids, out_ids, step), rows)
+
+    once()
+    return median_seconds(once, repeats)
+
+
+def on_request_views(port, repeats=5):
+    """Median seconds of the views computed on request, through gradio_client."""
+    from gradio_client import Client
+
+    client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+    calls = {"/translate_attribution, one token (target ≤ 3 s)": (SENTENCE, 4, "", "1", "1"),
+             "/sort_attribution, one position": ("7 2 9 2 5 0 8 3", 3, "sorter-pe", "1", "1"),
+             "/translate_contrast, one step": (SENTENCE, 1, "Frau", "1", "1"),
+             "/translate_heads, every head": (SENTENCE,)}
+    out = {}
+    for name, args in calls.items():
+        api = name.split(",")[0]
+        client.predict(*args, api_name=api)
+        out[name] = median_seconds(lambda a=args, n=api: client.predict(*a, api_name=n), repeats)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=30)
@@ -72,18 +117,24 @@ def main(argv=None):
     startup = statistics.median(startups + [seconds])
     try:
         sort_ms, translate_ms, phobert = api_latencies(port, args.requests)
+        views = on_request_views(port)
     finally:
         stop(proc)
+    in_process = attribution_in_process()
     figures = {"`import app` (Gradio, PyTorch, zoo models)": f"{imp:.2f} s",
                f"start-up offline, process start to page served, median of {args.starts} (target ≤ 5 s)":
                    f"{startup:.2f} s",
                f"/sort median of {args.requests} (target ≤ 100 ms)": f"{sort_ms:.0f} ms",
                f"/translate median of {args.requests}, beam 5 (target ≤ 250 ms)": f"{translate_ms:.0f} ms",
-               "/phobert offline without weights": phobert}
+               "/phobert offline without weights": phobert,
+               "all five attribution methods, one translator token, in process at 1 thread (target ≤ 1 s)":
+                   f"{in_process:.2f} s",
+               **{f"{name}, median of 5": f"{sec:.2f} s" for name, sec in views.items()}}
     for k, v in figures.items():
         print(f"{k}: {v}")
     checks = {"startup<=5s": startup <= 5, "sort<=100ms": sort_ms <= 100, "translate<=250ms": translate_ms <= 250,
-              "phobert explains itself": not phobert.startswith("unexpected")}
+              "phobert explains itself": not phobert.startswith("unexpected"), "attribution<=1s": in_process <= 1,
+              "translate_attribution<=3s": views["/translate_attribution, one token (target ≤ 3 s)"] <= 3}
     for k, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'} {k}")
     if args.write:

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModel
+from transformers import AutoConfig, AutoModelForMaskedLM
 
 from training.common import timed, write_json
 from zoo.phobert import PhobertExplorer, parameter_breakdown, segment_words
@@ -36,7 +36,7 @@ def build_local_copy(folder, source=TOKENIZER_DIR):
         shutil.copy(source / name, folder)
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(source / "config_vinai_phobert-base.json")
-    AutoModel.from_config(config).save_pretrained(folder)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
 
 
 def main(argv=None):
@@ -75,7 +75,7 @@ def main(argv=None):
     bare_ms, analyze_ms = (1000 * statistics.median(times[fn]) for fn in (bare, analyze))
     overhead = analyze_ms / bare_ms - 1
 
-    breakdown = parameter_breakdown(model)
+    breakdown = parameter_breakdown(model.roberta)
     print(f"phobert-base, random weights: built and saved in {build_s:.1f} s, loaded in {load_s:.1f} s (not counted)")
     print(f"total {breakdown['total'] / 1e6:.1f}M, embeddings {breakdown['embeddings'] / 1e6:.1f}M "
           f"({100 * breakdown['embeddings_share']:.0f}%), {breakdown['n_blocks']} blocks "

@@ -33,14 +33,15 @@ def bpe_merges(piece, last):
 
 
 def write_tiny_roberta(folder, vocab_size):
-    """A 2-layer, 2-head RoBERTa with random weights, saved as PhoBERT would be (safetensors)."""
-    from transformers import RobertaConfig, RobertaModel
+    """A 2-layer, 2-head RoBERTa with its masked-LM head and random weights, saved as PhoBERT would be
+    (safetensors)."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
 
     torch.manual_seed(0)
     config = RobertaConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=32, max_position_embeddings=258, type_vocab_size=1,
                            pad_token_id=1, bos_token_id=0, eos_token_id=2, initializer_range=0.2)
-    RobertaModel(config).save_pretrained(folder)
+    RobertaForMaskedLM(config).save_pretrained(folder)
     return folder
 
 

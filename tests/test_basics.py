@@ -220,10 +220,10 @@ def test_phobert_is_listed_only_when_already_loaded(monkeypatch):
     monkeypatch.delitem(sys.modules, "zoo.phobert", raising=False)
     assert tab.phobert_counts()[0] is None  # never imported: not listed, and not imported here
     assert "zoo.phobert" not in sys.modules
-    explorer = SimpleNamespace(model=None)
     base = {"total": 134_998_272, "embeddings": 49_353_216, "blocks": 85_054_464, "n_blocks": 12,
             "per_block_attention": 2_362_368, "per_block_feed_forward": 4_722_432, "per_block_layer_norm": 3_072}
-    fake = SimpleNamespace(explorer=lambda: explorer, parameter_breakdown=lambda net: base)
+    explorer = SimpleNamespace(model=None, breakdown=lambda: base)
+    fake = SimpleNamespace(explorer=lambda: explorer)
     monkeypatch.setitem(sys.modules, "zoo.phobert", fake)
     assert tab.phobert_counts()[0] is None  # imported but not loaded
     explorer.model = object()
@@ -243,13 +243,38 @@ def test_build_wires_named_endpoints_and_renders_every_panel():
     config = demo.get_config_file()
     public = {d["api_name"] for d in config["dependencies"] if d["api_visibility"] == "public"}
     assert public == {"basics_qkv", "basics_scaling", "basics_masks", "basics_positions", "basics_permutation",
-                      "basics_cost", "basics_verify", "basics_params"}
+                      "basics_shift", "basics_cost", "basics_verify", "basics_params"}
     assert not [d for d in config["dependencies"] if any(t[1] == "load" for t in d["targets"])]  # nothing on page load
     render, inputs, outputs = part["render"]
     view = render(*[c.value for c in inputs])
-    assert len(view) == len(outputs) == 3 + 4 + 5 + 2 + 2 + 1 + 3  # every panel but the cost, measured on request
+    assert len(view) == len(outputs) == 3 + 4 + 5 + 2 + 2 + 2 + 1 + 3  # every panel but the cost, measured on request
     ids = [c.elem_id for c in outputs]
     assert {"basics-qkv-weights", "basics-scale-table", "basics-mask-weights", "basics-pe-heatmap",
             "basics-perm-table", "basics-verify-table", "basics-params-table"} <= set(ids)
     weights = view[ids.index("basics-qkv-table")]
     np.testing.assert_allclose(weights[[f"→ t{j}" for j in range(4)]].to_numpy(), ARTICLE_WEIGHTS, atol=1e-3)
+
+
+# ----- 4b. Relative positions -----------------------------------------------------------------
+
+@pytest.mark.parametrize("k,d", [(1, 32), (5, 64), (40, 8)])
+def test_a_fixed_linear_map_shifts_every_position(k, d):
+    """The lesson's claim: PE[pos + k] = M_k PE[pos] with one M_k for all positions, built from the
+    formula (rotations), exact up to float32 rounding; and M_k is orthogonal (it only rotates)."""
+    res = basics.relative_shift(k, d, 100)
+    m = res["matrix"]
+    assert m.shape == (d, d) and res["residual"].shape == (100,)
+    assert res["max_residual"] < 1e-5
+    assert torch.allclose(m @ m.T, torch.eye(d, dtype=m.dtype), atol=1e-12)
+    pe = basics.positional_table(200, d).double()
+    assert not torch.allclose(pe[k: k + 100], pe[:100], atol=1e-3)  # the positions did move
+    other = basics.shift_matrix(k + 1, d)
+    assert (pe[:100] @ other.T - pe[k: k + 100]).abs().max() > 1e-2  # and only M_k moves them by k
+
+
+def test_shift_panel_says_how_exact():
+    fig, summary = tab.shift(5, 32, 64)
+    assert np.shape(fig.data[0]["z"]) == (32, 32) and "1 steps" not in summary
+    assert "5 steps on" in summary and "e-0" in summary
+    with pytest.raises(gr.Error, match="The offset k must be a whole number from 1 to 512"):
+        tab.shift(0)

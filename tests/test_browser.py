@@ -77,7 +77,8 @@ def wait_value(page, elem_id, predicate_js, timeout=30_000):
 
 def plot_rendered(page, elem_id):
     page.wait_for_selector(f"#{elem_id} .js-plotly-plot .main-svg", timeout=30_000)
-    return page.locator(f"#{elem_id} .js-plotly-plot .heatmaplayer, #{elem_id} .js-plotly-plot .barlayer").count()
+    layers = ", ".join(f"#{elem_id} .js-plotly-plot .{kind}" for kind in ("heatmaplayer", "barlayer", "scatterlayer"))
+    return page.locator(layers).count()
 
 
 def shot(page, name):
@@ -309,9 +310,9 @@ def test_every_tab_on_a_phone(browser, app_url, tab, plot):
     pg.wait_for_timeout(1000)
     assert pg.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     cell = pg.evaluate(f"""() => {{
-        const layer = document.querySelector('#{plot} .heatmaplayer');
         const box = document.querySelector('#{plot} .nsewdrag').getBoundingClientRect();
-        const cols = [...document.querySelectorAll('#{plot} .xaxislayer-above .xtick')].filter(t => t.textContent).length;
+        const ticks = [...document.querySelectorAll('#{plot} .xaxislayer-above .xtick')];
+        const cols = ticks.filter(t => t.textContent).length;
         return box.width / Math.max(cols, 1); }}""")
     assert cell >= 20, cell
     if tab == "sorter":
@@ -323,3 +324,85 @@ def test_every_tab_on_a_phone(browser, app_url, tab, plot):
                 assert a[1] <= b[0] or b[1] <= a[0] or a[3] <= b[2] or b[3] <= a[2], (a, b)  # no two overlap
     shot(pg, f"phone-{tab}")
     context.close()
+
+
+def test_playground_trains_live_and_probes(page):
+    open_tab(page, "Train it yourself")
+    steps = page.locator("#play-steps input[type=number]")
+    steps.fill("300")
+    steps.press("Enter")
+    page.locator("#play-train").click()
+    updates = set()
+    page.wait_for_function("() => (document.querySelector('#play-status textarea')?.value || '').includes('step ')",
+                           timeout=60_000)
+    for _ in range(200):  # watch the status move while it trains
+        updates.add(textbox(page, "play-status").input_value().split(";")[-1].split(",")[0])
+        if "per-position accuracy" in textbox(page, "play-status").input_value():
+            break
+        page.wait_for_timeout(100)
+    status = wait_value(page, "play-status", "v.includes('whole-sequence accuracy')", timeout=120_000)
+    assert "step 300 of 300" in status and len(updates) >= 2
+    assert plot_rendered(page, "play-curves") >= 1 and plot_rendered(page, "play-attention") >= 1
+    assert page.locator("#play-marks .digit").count() == 8
+    textbox(page, "play-probe-input").fill("9 8 7 6 5 4 3 2")
+    page.locator("#play-probe").click()
+    assert wait_value(page, "play-probe-output", "v.startsWith('input 9 8 7 6 5 4 3 2 -> output')")
+    assert plot_rendered(page, "play-probe-attention") >= 1
+    shot(page, "playground")
+
+
+def test_explanation_boxes_test_attention_on_request(page):
+    """The closed "Is attention an explanation?" boxes: nothing is computed until asked; then a line
+    per method, the scores over the input and the deletion curves."""
+    open_tab(page, "Sorter")
+    wait_value(page, "sorter-answer", "v === '0 2 2 3 5 7 8 9'")
+    open_box(page, "sorter-explain")
+    assert textbox(page, "sorter-explain-text").input_value() == ""
+    page.locator("#sorter-explain-run").click()
+    text = wait_value(page, "sorter-explain-text", "v.includes('leave-one-out: Spearman')")
+    assert text.startswith("sorter-pe, output position 0: predicted 0")
+    assert plot_rendered(page, "sorter-explain-scores") >= 1 and plot_rendered(page, "sorter-explain-curves") >= 1
+    shot(page, "sorter-explain")
+    if "translator-en-de" not in __import__("zoo").available():
+        return
+    open_tab(page, "Translator")
+    wait_value(page, "translator-output", "v.length > 0")
+    textbox(page, "translator-input").fill("A dog runs.")
+    textbox(page, "translator-reference").fill("")  # explain the model's own translation
+    page.locator("#translator-run").click()
+    wait_value(page, "translator-output", "v.includes('Hund')")
+    open_box(page, "translator-explain")
+    page.locator("#translator-explain-all").click()
+    page.locator("#translator-explain-every").get_by_text("Hund").first.wait_for(timeout=60_000)
+    page.locator("#translator-explain-run").click()
+    text = wait_value(page, "translator-explain-text", "v.includes('integrated gradients:')", timeout=60_000)
+    assert text.startswith("output step 0 of the model's translation: 'Ein'"), text
+    assert plot_rendered(page, "translator-explain-scores") >= 1
+    shot(page, "translator-explain")
+
+
+def test_translator_heads_and_contrast_views_on_request(page):
+    """The closed "Which heads matter?" and "Why this word and not that one?" boxes: each computes on
+    its own button only, then shows its text and figures."""
+    if "translator-en-de" not in __import__("zoo").available():
+        pytest.skip("translator not trained")
+    open_tab(page, "Translator")
+    wait_value(page, "translator-output", "v.length > 0")
+    assert "mean token log-probability" in textbox(page, "translator-familiarity").input_value()
+    textbox(page, "translator-input").fill("A dog runs in the snow.")
+    page.locator("#translator-run").click()
+    wait_value(page, "translator-output", "v.includes('Hund')")
+    open_box(page, "translator-heads-box")
+    assert textbox(page, "translator-heads-text").input_value() == ""
+    page.locator("#translator-heads-run").click()
+    text = wait_value(page, "translator-heads-text", "v.includes('lower it most')", timeout=60_000)
+    assert text.startswith("Translation: Ein Hund rennt im Schnee.")
+    assert plot_rendered(page, "translator-heads-grid") >= 1
+    shot(page, "translator-heads")
+    open_box(page, "translator-contrast-box")
+    textbox(page, "translator-contrast-alt").fill("Katze")
+    page.locator("#translator-contrast-run").click()
+    text = wait_value(page, "translator-contrast-explain-text", "v.includes('Attention is the same')", timeout=60_000)
+    assert "'▁Katze' has p = " in text
+    assert plot_rendered(page, "translator-contrast-explain-scores") >= 1
+    shot(page, "translator-contrast")

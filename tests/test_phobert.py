@@ -14,7 +14,7 @@ from conftest import write_tiny_phobert, write_tiny_roberta
 from transformers import AutoConfig, AutoModel
 
 from zoo import phobert
-from zoo.phobert import PhobertExplorer, PhobertUnavailable, parameter_breakdown, top_attended
+from zoo.phobert import PhobertExplorer, PhobertUnavailable, breakdown_from_config, parameter_breakdown, top_attended
 from zoo.stats import row_entropy
 
 SENTENCE = "Giảng viên giải thích rất dễ hiểu nhưng phòng học quá nóng"
@@ -180,13 +180,15 @@ def test_concurrent_first_use_loads_once(monkeypatch, tiny):
 
 
 def test_breakdown_parts_add_up(tiny_explorer):
-    b = parameter_breakdown(tiny_explorer.model)
+    b = tiny_explorer.breakdown()  # the encoder from its config, with the pooler, as the article counts it
     attention, feed_forward, norms = 4 * (16 * 16 + 16), 16 * 32 + 32 + 32 * 16 + 16, 2 * 2 * 16
     assert b["per_block_attention"] == attention and b["per_block_feed_forward"] == feed_forward
     assert b["per_block_layer_norm"] == norms and b["n_blocks"] == 2
     assert b["blocks"] == 2 * (attention + feed_forward + norms)
     pooler = 16 * 16 + 16
-    assert b["total"] == b["embeddings"] + b["blocks"] + pooler == tiny_explorer.model.num_parameters()
+    assert b["total"] == b["embeddings"] + b["blocks"] + pooler
+    encoder = sum(p.numel() for p in tiny_explorer.model.roberta.parameters())  # the loaded one has no pooler
+    assert encoder == b["total"] - pooler
 
 
 # ----- PhoBERT's real tokenizer and config (../shared/data) ---------------------------------------
@@ -222,9 +224,9 @@ def test_real_tokenizer_ids_and_subword_merging(real_tokenizer_explorer):
 
 def test_full_size_breakdown_matches_the_article(shared_data):
     config = AutoConfig.from_pretrained(shared_data / "phobert-tokenizer" / "config_vinai_phobert-base.json")
-    with torch.device("meta"):  # shapes only: no 540 MB of random weights
-        model = AutoModel.from_config(config)
-    b = parameter_breakdown(model)
+    b = breakdown_from_config(config)  # shapes only, on the meta device: no 540 MB of random weights
+    with torch.device("meta"):
+        assert parameter_breakdown(AutoModel.from_config(config)) == b
     assert b["total"] == 134_998_272 and round(b["total"] / 1e6, 1) == 135.0
     assert b["embeddings"] == 49_353_216 and round(b["embeddings"] / 1e6, 1) == 49.4
     assert round(100 * b["embeddings_share"]) == 37

@@ -310,8 +310,10 @@ def test_translator_tab_callbacks(tiny_model, monkeypatch):
     monkeypatch.setitem(ui.common._models, "translator-en-de", tiny_model[0])
     out = tab.translate("A dog sleeps in the park.", 3, "Ein Hund schläft im Park.", "decoder self-attention", "1",
                         "2", [])
-    german, fig, slider, bar, top5, stats, ref_summary, ref_fig, ref_table, info, note = out
+    german, fig, slider, bar, top5, stats, ref_summary, ref_fig, ref_table, info, note, familiar = out
     assert note.startswith("Final model")
+    if tab.METRICS.get("ood"):  # placed among val's scores; beam 3 is not the setting it was calibrated for
+        assert "mean token log-probability" in familiar and familiar.endswith("this is another setting)")
     assert german == info["translation"] and "Hund" in german
     assert list(fig.layout["xaxis"]["ticktext"])[0] == "&lt;s&gt;"  # keys: what the decoder read, <s> first
     assert list(fig.layout["yaxis"]["ticktext"])[-1] == "&lt;/s&gt;"  # rows: what it produced, </s> last
@@ -326,7 +328,7 @@ def test_translator_tab_callbacks(tiny_model, monkeypatch):
     ablated = tab.translate("A dog sleeps in the park.", 3, "", "cross-attention", "1", "average",
                             ["cross L1H1", "cross L1H2", "cross L1H3", "cross L1H4",
                              "cross L2H1", "cross L2H2", "cross L2H3", "cross L2H4"])
-    assert ablated[-2]["ablated"] and ablated[0] != german
+    assert ablated[-3]["ablated"] and ablated[0] != german
     with pytest.raises(gr.Error, match="Unknown head 'cross L9H9'"):
         tab.translate("A dog.", 3, "", "cross-attention", "1", "average", ["cross L9H9"])
     with pytest.raises(gr.Error, match="Beam size must be a whole number from 1 to 8"):
@@ -355,12 +357,14 @@ def test_translator_snapshot_slider_replays_training(tiny_model, tmp_path, monke
     text = "A dog sleeps in the park."
     first = tab.translate(text, 3, "", "cross-attention", "1", "average", [], 0)
     final = tab.translate(text, 3, "", "cross-attention", "1", "average", [], len(snaps))
-    assert first[-1].startswith("Snapshot after epoch 1 of 6 (step 29 of") and "val BLEU" in first[-1]
-    assert final[-1].startswith(f"Final model: {metrics['training']['kept']}, of 6 epochs")
+    # the model-state line, then (last) whether the sentence is like the training data
+    assert first[-2].startswith("Snapshot after epoch 1 of 6 (step 29 of") and "val BLEU" in first[-2]
+    assert final[-2].startswith(f"Final model: {metrics['training']['kept']}, of 6 epochs")
+    assert first[-1].endswith("(no out-of-domain calibration: python -m training.ood).")
     assert tab.translate(text, 3)[0] == final[0]  # no snapshot given: the final model
     assert first[0] == snaps[0]["model"].translate([text], beam_size=3)[0]
     assert final[0] == model.translate([text], beam_size=3)[0] and first[0] != final[0]
-    a, b = first[-2]["cross_attention"], final[-2]["cross_attention"]
+    a, b = first[-3]["cross_attention"], final[-3]["cross_attention"]
     assert a.shape != b.shape or not np.allclose(a, b)
 
 
@@ -373,6 +377,6 @@ def test_translator_without_snapshots_offers_only_the_final_model(tiny_model, mo
     monkeypatch.setattr(tab, "METRICS", {})
     monkeypatch.setattr(tab, "FINAL_SNAPSHOT", 0)
     monkeypatch.setitem(ui.common._models, "translator-en-de", tiny_model[0])
-    assert tab.translate("A dog sleeps.", 3, "", "cross-attention", "1", "average", [], 0)[-1].startswith("Final model")
+    assert tab.translate("A dog sleeps.", 3, "", "cross-attention", "1", "average", [], 0)[-2].startswith("Final model")
     with pytest.raises(gr.Error, match="Training snapshot must be a whole number from 0 to 0; got 1"):
         tab.translate("A dog sleeps.", 3, "", "cross-attention", "1", "average", [], 1)

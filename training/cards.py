@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training.common import read_json
+from training.common import read_json, write_json
 from zoo.hub import write_manifest
 
 LOAD_SNIPPET = """```python
@@ -53,7 +53,7 @@ def write_sorter_card(folder):
             "The failure is architectural, not under-training.\n")
     lines += [
         "## Training\n",
-        f"`python -m training.train_sorter --variant {'pe' if pe else 'nope'} --recipe {m.get('recipe')} "
+        f"`python -m training.train_sorter --variant {'pe' if pe else 'nope'} "
         f"--seed {m.get('seed')}`: {m.get('steps')} steps of {m.get('batch_size')} fresh random sequences, "
         f"{m.get('optimizer')} (peak lr {m.get('lr')}, warmup {m.get('warmup')}, {m.get('schedule')} schedule, "
         f"gradient clipping {m.get('grad_clip')}), {m.get('seconds')} s on {m.get('device')}. "
@@ -78,12 +78,43 @@ def write_sorter_card(folder):
     lines += ["", "Per output slot: " + ", ".join(f"{a:.3f}" for a in m.get("per_slot_accuracy", [])) + "\n",
               "Snapshots along training (`snapshots/`, for the app's training-step slider): " + ", ".join(
                   f"step {s['step']}: {s['per_position_accuracy']:.3f} / {s['sequence_accuracy']:.3f}"
-                  for s in m.get("snapshots", [])) + " (per-position / whole-sequence accuracy).\n",
-              "## Use\n", LOAD_SNIPPET.format(name=name, module="sorter", cls="DigitSorter"), "",
+                  for s in m.get("snapshots", [])) + " (per-position / whole-sequence accuracy).\n"]
+    lines += faithfulness_section(m)
+    lines += ["## Use\n", LOAD_SNIPPET.format(name=name, module="sorter", cls="DigitSorter"), "",
               "`model(x)` with x a LongTensor (B, 8) of digits gives logits (B, 8, 10); "
               "`model(x, return_attention=True)` gives `(logits, attentions)`, one (B, 4, 8, 8) map per layer.\n"]
     (folder / "README.md").write_text("\n".join(lines))
     write_manifest(folder)
+
+
+def faithfulness_section(m):
+    """Is attention an explanation of this model? The corpus test of training.faithfulness."""
+    f = m.get("faithfulness")
+    if not f:
+        return []
+    lines = ["## Is attention an explanation?\n",
+             f"`{f['command']}`: {f['predictions']:,} predictions ({f['what']}). Each is explained per layer by "
+             "the heads' mean attention row and by attention rollout, and on the input embeddings by gradient x "
+             f"input, integrated gradients (Captum, {f['ig_steps']} steps) and leave-one-out. Spearman: rank "
+             "agreement with leave-one-out, the mean over the predictions where it is defined (it is not where "
+             "leave-one-out changes nothing; those are counted). AOPC: the mean drop of the prediction's "
+             "probability as the top-ranked inputs are replaced by the baseline (the padding embedding) one by "
+             "one; higher is more faithful, against "
+             f"**{f['random_aopc']}** for random orders. {f['seconds']} s.\n",
+             "| layer | method | Spearman with leave-one-out | AOPC | undefined |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['layer']} | {r['method']} | {'' if r['spearman'] is None else r['spearman']} | {r['aopc']} | "
+              f"{r['undefined']} |" for r in f["rows"]]
+    return lines + ["", f['verdict'] + "\n"]
+
+
+def store(folder, key, record, write_card):
+    """Put `record` under `key` in the folder's metrics.json, then re-render its card (and manifest)."""
+    folder = Path(folder)
+    metrics = read_json(folder / "metrics.json")
+    metrics[key] = record
+    write_json(folder / "metrics.json", metrics)
+    write_card(folder)
+    print(f"wrote {folder / 'metrics.json'} ({key}) and the card", flush=True)
 
 
 def write_translator_card(folder):
@@ -91,7 +122,8 @@ def write_translator_card(folder):
     folder = Path(folder)
     m, cfg = read_json(folder / "metrics.json"), read_json(folder / "config.json")
     sections = [translator_header(folder, m, cfg), translator_training(m), translator_snapshots(folder, m),
-                translator_evaluation(m), translator_speed(m),
+                translator_evaluation(m), translator_speed(m), translator_heads(m), translator_ood(m),
+                faithfulness_section(m),
                 ["## Use\n", LOAD_SNIPPET.format(name=folder.name, module="translator", cls="TransformerTranslator"),
                  "", "```python\nmodel.translate([\"A man is riding a bicycle.\"], beam_size=5)\n"
                  "info = model.explain(\"A dog runs in the snow.\")      # tokens, attention maps, top-5 per step\n"
@@ -200,3 +232,39 @@ def translator_speed(m):
                  + ". The cache saves more the longer the output and the larger the batch: without it, every "
                    "step recomputes the whole prefix.\n")
     return lines
+
+
+def translator_heads(m):
+    """Which heads matter: val BLEU with each head off, the gradient score, the pruning curves."""
+    h = m.get("head_importance")
+    if not h:
+        return []
+    lines = ["## Which heads matter\n",
+             f"`{h['command']}` on all {h['sentences']:,} val sentences ({h['measure']}, beam {h['beam_size']}; "
+             f"{h['base_bleu']} with every head). Delta BLEU: the change with that head alone switched off (its "
+             "output zeroed). Gradient: Michel et al. (2019)'s importance, the mean |d loss / d gate| of the "
+             "references' loss, normalised per layer. "
+             f"{h['seconds']:.0f} s.\n",
+             "| kind | layer | head | delta BLEU | gradient score |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['kind']} | {r['layer']} | {r['head']} | {r['delta_bleu']:+.2f} | {r['gradient']} |"
+              for r in h["rows"]]
+    lines += ["", "Pruning, least important first (val BLEU with that many heads off):\n",
+              "| heads off | " + " | ".join(str(c["pruned"]) for c in next(iter(h["pruning"].values()))) + " |",
+              "| --- " * (1 + len(next(iter(h["pruning"].values())))) + "|"]
+    lines += [f"| by {name} | " + " | ".join(f"{c['bleu']:.1f}" for c in curve) + " |"
+              for name, curve in h["pruning"].items()]
+    return lines + ["", h["verdict"] + "\n"]
+
+
+def translator_ood(m):
+    """The out-of-domain warning: its score, threshold and how well it separates."""
+    o = m.get("ood")
+    if not o:
+        return []
+    return ["## Out-of-domain warning\n",
+            f"`{o['command']}`. The model knows Flickr image captions. Score: the {o['score']}. The app warns "
+            f"below the {o['warn_below_percentile']:g}th percentile of val ({o['threshold']}). Against "
+            f"{o['ood_sentences']} out-of-domain sentences written for this (`{o['ood_file']}`): AUROC "
+            f"**{o['auroc_val_vs_ood']}** (val against them); {o['ood_warned']:.0%} of them are warned; false "
+            f"warnings on test_2016_flickr: **{o['false_warnings_test_2016']:.1%}**. Medians: "
+            + ", ".join(f"{k} {v}" for k, v in o["medians"].items()) + ".\n"]

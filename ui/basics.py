@@ -168,6 +168,26 @@ def positions(n_positions=64, d_model=32, position=1):
 
 
 @user_errors
+def shift(k=5, d_model=32, n_positions=64):
+    """/basics_shift: the matrix that moves every position k steps on, and how exactly it does."""
+    res = basics.relative_shift(k, d_model, n_positions)
+    m = res["matrix"].numpy()
+    d = m.shape[0]
+    heat = {"type": "heatmap", "z": np.round(m, 4).tolist(), "zmin": -1, "zmax": 1, "zmid": 0,
+            "colorscale": plots.DIVERGING, "reversescale": True, "colorbar": {"thickness": 12},
+            "hovertemplate": "row %{y}, column %{x}: %{z:.4f}<extra></extra>"}
+    fig = plots.Figure(data=[heat], layout=plots.layout(
+        f"M_{int(k)}: PE[pos + {int(k)}] = M · PE[pos], for every pos (d_model = {d})", "dimension of PE[pos]",
+        "dimension of PE[pos + k]", height=min(620, 12 * d + 160), yaxis={"autorange": "reversed"}))
+    summary = (f"One fixed matrix, a 2 × 2 rotation by k·w_i for each sine/cosine pair, takes every position's "
+               f"encoding to the one {int(k)} steps on: over positions 0 to {res['residual'].numel() - 1} the largest "
+               f"difference between M·PE[pos] and PE[pos + {int(k)}] is **{res['max_residual']:.1e}** (float32 "
+               "rounding of the table). Because the map is linear and the same everywhere, a layer can learn "
+               "\"k steps back\" once and use it at any position: the lesson's claim, checked.")
+    return fig, summary
+
+
+@user_errors
 def permutation(d_model=32, seed=0):
     """/basics_permutation: permute, attend, un-permute, with and without positional encoding."""
     res = basics.permutation_check(d_model, seed=seed)
@@ -258,10 +278,9 @@ def phobert_counts():
     if phobert is None:
         return None, not_loaded
     try:
-        net = phobert.explorer().model
-        if net is None:
+        if phobert.explorer().model is None:
             return None, not_loaded
-        b = phobert.parameter_breakdown(net)
+        b = phobert.explorer().breakdown()
         n = b["n_blocks"]
         counts = {"embeddings": b["embeddings"], "attention": n * b["per_block_attention"],
                   "feed-forward": n * b["per_block_feed_forward"], "norms": n * b["per_block_layer_norm"],
@@ -270,8 +289,8 @@ def phobert_counts():
             raise ValueError("the per-block figures do not add up to the total")
     except Exception as e:  # noqa: BLE001 - an optional extra must never break this panel
         return None, f"PhoBERT could not be listed ({type(e).__name__}: {e})."
-    return counts, ("**PhoBERT**: its embeddings include their LayerNorm, and its head is the pooler "
-                    "(the encoder is loaded without a language-model head).")
+    return counts, ("**PhoBERT**: the encoder as the seed article counts it: its embeddings include their "
+                    "LayerNorm, and its head is the pooler (the masked-LM head that fill-mask uses is not counted).")
 
 
 def shares_figure(breakdowns):
@@ -419,6 +438,24 @@ def positions_panel():
     return [(positions, inputs, outputs), (permutation, perm_inputs, perm_outputs)]
 
 
+def shift_panel():
+    gr.Markdown("**Relative positions**: the lesson says a model can learn relative position because PE[pos + k] "
+                "is a linear function of PE[pos]. Here is that function, built from the formula and applied to "
+                "every position.")
+    with gr.Row():
+        k = gr.Slider(1, 64, value=5, step=1, label="k (steps on)", elem_id="basics-shift-k")
+        d_model = gr.Slider(2, basics.MAX_D_MODEL, value=32, step=2, label="d_model (even)",
+                            elem_id="basics-shift-dmodel")
+        n_pos = gr.Slider(1, basics.MAX_POSITIONS, value=64, step=1, label="positions",
+                          elem_id="basics-shift-positions")
+    with gr.Row():
+        fig = gr.Plot(label="M_k", elem_id="basics-shift-matrix")
+        summary = gr.Markdown(elem_id="basics-shift-summary")
+    inputs, outputs = [k, d_model, n_pos], [fig, summary]
+    on([k.release, d_model.release, n_pos.release], shift, inputs, outputs, api_name="basics_shift")
+    return [(shift, inputs, outputs)]
+
+
 def cost_panel():
     lengths = basics.COST_LENGTHS
     gr.Markdown("### 5. The quadratic cost\nEvery query meets every key, so the score matrix has T² entries. "
@@ -463,7 +500,8 @@ def params_panel():
     return [(parameters, [], outputs)]
 
 
-PANELS = (qkv_panel, scaling_panel, masks_panel, positions_panel, cost_panel, verify_panel, params_panel)
+PANELS = (qkv_panel, scaling_panel, masks_panel, positions_panel, shift_panel, cost_panel, verify_panel,
+          params_panel)
 
 
 def build(demo):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import threading
 import unicodedata
@@ -51,21 +52,34 @@ def preload(names):
 def user_errors(fn):
     """Turn a callback's ValueError (a user mistake, worded for the user) into gr.Error, and any
     other failure into a gr.Error that says what failed, logging the traceback server-side, so the
-    user never sees a raw traceback or a bare "Error"."""
+    user never sees a raw traceback or a bare "Error". A generator callback (one that streams
+    updates) stays a generator, its failures worded the same way."""
+
+    def worded(e):
+        if isinstance(e, gr.Error):
+            return e
+        if isinstance(e, (ValueError, FileNotFoundError)):
+            return gr.Error(as_text(str(e)), print_exception=False)
+        log.exception("callback %s failed", fn.__name__)
+        return gr.Error(f"{fn.__name__} failed unexpectedly ({type(e).__name__}). Please try another input; the "
+                        "problem has been logged.", print_exception=False)
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def streaming(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - the last line of defence for a public app
+                raise worded(e) from None
+
+        return streaming
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except gr.Error:
-            raise
-        except (ValueError, FileNotFoundError) as e:
-            raise gr.Error(as_text(str(e)), print_exception=False) from None
         except Exception as e:  # noqa: BLE001 - the last line of defence for a public app
-            log.exception("callback %s failed", fn.__name__)
-            raise gr.Error(f"{fn.__name__} failed unexpectedly ({type(e).__name__}). "
-                           "Please try another input; the problem has been logged.",
-                           print_exception=False) from None
+            raise worded(e) from None
 
     return wrapper
 
@@ -102,7 +116,7 @@ def fill_when_opened(part):
     marker in the page records that the tab is filled (a shared link fills it too), so opening it
     again changes nothing. Returns the marker."""
     fn, inputs, outputs = part["render"]
-    defaults = [c.value for c in inputs]
+    defaults = [c.value for c in inputs]  # a tab's inputs hold their defaults until it is first opened
     default_view = once(lambda: fn(*defaults), part.get("keep", lambda result: True))
     marker = gr.Textbox("", visible="hidden", elem_id=f"{part['tab'].id}-filled")
 

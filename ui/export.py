@@ -124,7 +124,7 @@ def to_png(view, path, diff=False):
     img.save(path)
 
 
-def _cleanup():
+def clean_exports():
     """Drop exports older than KEEP_SECONDS (Gradio has copied them to its own cache by then)."""
     with _cleanup_lock:
         cutoff = time.time() - KEEP_SECONDS
@@ -137,7 +137,7 @@ def _cleanup():
 
 def export_files(weights, query_tokens, key_tokens, name, diff=False, **meta):
     """Write <name>.json/.csv/.svg/.png for one view into a fresh folder; return their paths."""
-    _cleanup()
+    clean_exports()
     view = view_dict(weights, query_tokens, key_tokens, **meta)
     folder = EXPORT_DIR / uuid.uuid4().hex
     folder.mkdir()

@@ -210,7 +210,7 @@ def open_shared_links(demo, tabs, parts, markers):
     on(demo.load, None, None, link, js=READ_LINK_JS)
     tab_params = {name: part["params"] for name, part in parts.items()}
     inputs = [p.component for params in tab_params.values() for p in params]
-    views = [(name, part["render"], markers.get(name)) for name, part in parts.items()]
+    views = [(name, part["render"], markers.get(name)) for name, part in parts.items() if part["render"]]
     outputs = [tabs, *inputs]
     for _, (_, _, view_outputs), marker in views:
         outputs += [*view_outputs] + ([marker] if marker else [])

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from ui import links, plots
+from ui import explain, links, plots
 from ui.common import (
     STATE_SECONDS,
     STATS_EXPLAINED,
@@ -22,7 +22,7 @@ from ui.common import (
     whole_number,
 )
 from ui.export import export_files
-from zoo import phobert
+from zoo import attribution, phobert
 from zoo.stats import head_table
 
 DEFAULT = "Giảng viên giải thích rất dễ hiểu nhưng phòng học quá nóng"  # the article's sentence
@@ -126,7 +126,7 @@ def analyze(text, segment=True, layer=1, head=1, token=None, view="subword token
     status = (f"PhoBERT ({phobert.explorer().source}): {n_layer} layers × {n_head} heads, "
               f"{len(result.tokens)} tokens, {len(result.words)} words.")
     choices = [(f"{i}: {t}", i) for i, t in enumerate(result.tokens)]
-    breakdown = breakdown_rows(phobert.parameter_breakdown(phobert.explorer().model))
+    breakdown = breakdown_rows(phobert.explorer().breakdown())
     return (summary_text(result), status, gr.Column(visible=True), entropy_map, fig, top, entropy_fig, bos_fig,
             table_rows(stats), breakdown,
             gr.Dropdown(choices=choices, value=token_index(result, token, strict=False)),
@@ -157,7 +157,7 @@ def on_load(*args):
     try:
         return analyze(*args)
     except Unavailable as e:
-        breakdown = phobert.explorer().offline_breakdown()
+        breakdown = phobert.explorer().breakdown()
         message = UNAVAILABLE.format(reason=e.message) + BREAKDOWN_NOTE[breakdown is not None]
         return ("", message, gr.Column(visible=False), *[gr.skip()] * 6, breakdown_rows(breakdown),
                 *[gr.skip()] * 4)
@@ -175,6 +175,29 @@ def linked_token(value):
     except ValueError:
         raise ValueError(f"must be a whole number from 0 to 255; the link gave {quote(value)}") from None
     return whole_number(number, "Token", 0, 255)
+
+
+FILL_DEFAULT = "Hà Nội là <mask> của Việt Nam ."
+
+
+@user_errors
+def fill_mask(text, layer=1, head=1, segment=True):
+    """/phobert_fill_mask: PhoBERT's top 5 words for the one <mask> in the text, and whether its
+    attention explains the top one: the five methods over the context tokens."""
+    text = check_text(text, "text with <mask>", MAX_CHARS)
+    try:
+        filled = phobert.fill_mask(phobert.explorer(), text, segment=bool(segment))
+    except phobert.PhobertUnavailable as e:
+        raise Unavailable(as_text(str(e)), print_exception=False) from None
+    n_layer, n_head = filled.attentions.shape[:2]
+    layer, head = whole_number(layer, "Layer", 1, n_layer) - 1, whole_number(head, "Head", 1, n_head) - 1
+    rows = attribution.attention_rows(filled.attentions, filled.mask_index, layer, head)
+    report = attribution.explain(filled.target, rows)
+    top = ", ".join(f"{t} ({p:.3f})" for t, p in filled.top)
+    what = (f"{filled.segmented}\nPhoBERT's top {len(filled.top)} for {phobert.MASK}: {top}\nExplaining "
+            f"{filled.top[0][0]!r} (log-probability {report['target']:.3f}); baseline: the <mask> embedding")
+    text_out, scores, curves, table = explain.views(report, filled.tokens, what, f"What drives {filled.top[0][0]!r}")
+    return text_out, [[i + 1, t, round(p, 4)] for i, (t, p) in enumerate(filled.top)], scores, curves, table
 
 
 def select_row(evt: gr.SelectData):
@@ -216,6 +239,22 @@ def analysis_views():
                            token=token, top=top, entropy_fig=entropy_fig, bos_fig=bos_fig, stats=stats)
 
 
+def fill_panel(a, segment):
+    """Fill-mask, and a test of whether attention explains its answer (computed on request)."""
+    with gr.Accordion("Fill the mask, and is attention an explanation?", open=False, elem_id="phobert-fill"):
+        gr.Markdown("Write a sentence with `<mask>` where a word should be; PhoBERT's masked-LM head proposes "
+                    "five, and the top one is explained over the other tokens. Attention: the layer and head "
+                    "chosen above, the row of the masked position.")
+        with gr.Row():
+            box = gr.Textbox(FILL_DEFAULT, label="text with <mask>", max_length=MAX_CHARS, elem_id="phobert-fill-input",
+                             scale=4)
+            go = gr.Button("Fill and test", elem_id="phobert-fill-run", scale=1)
+        top = gr.Dataframe(headers=["rank", "word", "probability"], interactive=False, elem_id="phobert-fill-top")
+        text, scores, curves, table = explain.panel("PhoBERT", "phobert")
+        on(go.click, fill_mask, [box, a.layer, a.head, segment], [text, top, scores, curves, table],
+           api_name="phobert_fill_mask")
+
+
 def build(demo):
     with gr.Tab("PhoBERT heads", id="phobert") as tab:
         gr.Markdown(
@@ -250,6 +289,7 @@ def build(demo):
         on([a.layer.release, a.head.release, a.token.input, a.view.input], trigger_mode="always_last", **redraw)
         on(a.stats.select, select_row, None, [a.layer, a.head], api_visibility="private").then(
             **redraw, preprocess=False)
+        fill_panel(a, segment)
         links.share_panel("phobert", link_params, export_view, [result, a.layer, a.head, a.view], "phobert_export",
                           "the selected head")
     # The default view is remembered only once PhoBERT has answered (it may still be loading).

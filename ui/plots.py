@@ -103,12 +103,14 @@ def attention_heatmap(weights, query_tokens, key_tokens, title="Attention", diff
 
 
 def grid_heatmap(values, row_labels, col_labels, title, x_title, y_title, zmin=None, zmax=None,
-                 fmt=".2f", colorbar_title=""):
-    """A generic labelled matrix (e.g. entropy per layer x head) with values on hover."""
+                 fmt=".2f", colorbar_title="", signed=False):
+    """A generic labelled matrix (e.g. entropy per layer x head) with values on hover. signed:
+    changes around 0 (red below, blue above, white at 0)."""
     v = np.round(np.asarray(values, dtype=float), 4)
     rows, cols = [label(r) for r in row_labels], [label(c) for c in col_labels]
     heat = {"type": "heatmap", "z": v.tolist(), "x": list(range(v.shape[1])), "y": list(range(v.shape[0])),
-            "zmin": zmin, "zmax": zmax, "colorscale": SEQUENTIAL, "texttemplate": "%{z:" + fmt + "}",
+            "zmin": zmin, "zmax": zmax, "zmid": 0 if signed else None,
+            "colorscale": DIVERGING if signed else SEQUENTIAL, "texttemplate": "%{z:" + fmt + "}",
             "customdata": [[[r, c] for c in cols] for r in rows],
             "hovertemplate": "%{customdata[0]}, %{customdata[1]}: %{z:" + fmt + "}<extra></extra>",
             "colorbar": {"title": {"text": colorbar_title}, "thickness": 12}}

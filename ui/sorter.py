@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import zoo
-from ui import links, plots
+from ui import explain, links, plots
 from ui.common import (
     STATS_EXPLAINED,
     choose,
@@ -25,6 +25,7 @@ from ui.common import (
     whole_number,
 )
 from ui.export import export_files
+from zoo import attribution
 from zoo.sorter import accuracy, eval_set
 from zoo.stats import head_table, sorter_answer_keys
 
@@ -187,6 +188,23 @@ def export_view(text, model_name="sorter-pe", layer="1", head="average", snapsho
                         title=f"{name}: {what}", snapshot=snap_note, heads_switched_off=list(ablate or []))
 
 
+@user_errors
+def attribute(text, output_position=0, model_name="sorter-pe", layer="1", head="1"):
+    """/sort_attribution: is attention an explanation of the digit predicted at output_position
+    (from 0)? Attention, rollout, gradient x input, integrated gradients and leave-one-out over the
+    input digits, each scored against leave-one-out."""
+    digits = parse_digits(text)
+    position = whole_number(output_position, "The output position", 0, SEQ_LEN - 1)
+    name = check_model(model_name)
+    layer = int(choose(layer, LAYER_CHOICES, "Layer")) - 1
+    head = 0 if head == "average" else int(choose(head, HEAD_CHOICES, "Head")) - 1
+    target, maps, predicted = attribution.sorter_target(model(name), digits, position)
+    report = attribution.explain(target, attribution.attention_rows(maps, position, layer, head))
+    what = (f"{name}, output position {position}: predicted {predicted} (log-probability "
+            f"{report['target']:.3f}); baseline: a zero embedding")
+    return explain.views(report, [str(d) for d in digits], what, f"What drives output {position} = {predicted}")
+
+
 def select_head(evt: gr.SelectData):
     """A click on a statistics row selects that row's layer and head."""
     row = evt.row_value
@@ -240,5 +258,13 @@ def build(demo):
                      trigger_mode="always_last")
         on([choice.input, layer.input, head.input, snapshot.release, ablate.input], **rerun)
         on(stats.select, select_head, None, [layer, head], api_visibility="private").then(**rerun, preprocess=False)
+        with gr.Accordion("Is attention an explanation? Test it on this input", open=False,
+                          elem_id="sorter-explain"):
+            with gr.Row():
+                position = gr.Slider(0, SEQ_LEN - 1, value=0, step=1, label="output position (from 0)",
+                                     elem_id="sorter-explain-position")
+                go = gr.Button("Test attention against the other methods", elem_id="sorter-explain-run")
+            views = explain.panel("Sorter", "sorter")
+            on(go.click, attribute, [digits, position, choice, layer, head], views, api_name="sort_attribution")
         links.share_panel("sorter", params, export_view, inputs, "sort_export")
     return {"tab": tab, "params": params, "render": (sort_digits, inputs, outputs), "embedded": True}

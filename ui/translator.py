@@ -5,9 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import gradio as gr
+import numpy as np
 
 import zoo
-from ui import links, plots
+from ui import explain, links, plots, translator_views
 from ui.common import (
     STATE_SECONDS,
     STATS_EXPLAINED,
@@ -24,6 +25,8 @@ from ui.common import (
     whole_number,
 )
 from ui.export import export_files
+from ui.translator_views import attention_choice, forced_output
+from zoo import attribution
 from zoo.stats import head_table
 
 NAME = "translator-en-de"
@@ -148,15 +151,34 @@ def pick_net(snapshot=None):
                            f"{snap['val_loss']:.2f}.")
 
 
+def familiarity_note(info, calibrated):
+    """Beside the translation: is the sentence like the training data? The model's mean token
+    log-probability of its own output, placed among val's (training.ood's percentiles)."""
+    score = float(np.mean(np.log(np.maximum([s["prob"] for s in info["steps"]], 1e-30))))
+    ood = METRICS.get("ood")
+    if not ood:
+        return f"Mean token log-probability {score:.2f} (no out-of-domain calibration: python -m training.ood)."
+    percentile = min(100, int(np.searchsorted(ood["val_percentiles"], score)))
+    caveat = "" if calibrated else " (calibrated for the final model, beam 5, every head on; this is another setting)"
+    if score < ood["threshold"]:
+        return (f"⚠ Unlike the training data. This model knows Flickr image captions (people, animals and places "
+                f"in photos); its translation's mean token log-probability is {score:.2f}, lower than "
+                f"{100 - percentile}% of val sentences'. Expect mistakes.{caveat}")
+    return (f"Like the training data (Flickr image captions): mean token log-probability {score:.2f}, percentile "
+            f"{percentile} of val; the warning starts below percentile {ood['warn_below_percentile']:g}.{caveat}")
+
+
 @user_errors
 def translate(text, beam_size=5, reference="", component="cross-attention", layer="1", head="average",
               ablate=None, snapshot=None):
     """/translate: the German translation (plain text) first; then the selected attention map, the
     timeline slider, its first step's view, the per-head statistics, the optional reference's
-    scores, the state that later selections redraw from, and which weights were used."""
+    scores, the state that later selections redraw from, which weights were used, and whether the
+    sentence is like the training data."""
     text = check_text(text, "English sentence", MAX_CHARS)
     beam = whole_number(beam_size, "Beam size", 1, 8)
     net, snap_note = pick_net(snapshot)
+    final = snapshot is None or whole_number(snapshot, "Training snapshot", 0, FINAL_SNAPSHOT) == FINAL_SNAPSHOT
     mask = translator_head_mask(net, ablate)
     info = net.explain(text, beam_size=beam, head_mask=mask)
     info["ablated"], info["snapshot"] = list(ablate or []), snap_note
@@ -168,7 +190,8 @@ def translate(text, beam_size=5, reference="", component="cross-attention", laye
         info["reference"] = ref
     n = len(info["steps"])
     return (info["translation"], main_figure(info, component, layer, head), gr.Slider(1, n, value=1, step=1),
-            bar, table, stats_rows(info), ref_summary, ref_fig, ref_table, info, snap_note)
+            bar, table, stats_rows(info), ref_summary, ref_fig, ref_table, info, snap_note,
+            familiarity_note(info, beam == 5 and not mask and final))
 
 
 @user_errors
@@ -209,6 +232,44 @@ def linked_snapshot(value):
     return whole_number(value, "Training snapshot", 0, FINAL_SNAPSHOT)
 
 
+def explained_step(net, src_ids, out_ids, step, layer, head):
+    """zoo.attribution's report for output token `step`. Attention: the chosen decoder layer and
+    head's cross-attention row of that token. Rollout: the encoder's rollout (its self-attention
+    composed over layers, with the residual) read through the last decoder layer's cross-attention,
+    mean of heads; the decoder's own self-attention over earlier output tokens is left out."""
+    rows = translator_views.cross_rows(net, src_ids, out_ids, step, layer, head)
+    return attribution.explain(attribution.translator_target(net, src_ids, out_ids, step), rows)
+
+
+@user_errors
+def attribute(text, output_step=0, reference="", layer="1", head="1"):
+    """/translate_attribution: is attention an explanation of output token output_step (from 0, over
+    the translation's tokens, or the reference's when one is given)? The five methods over the
+    source tokens, each scored against leave-one-out."""
+    net = model(NAME)
+    src_ids, out_ids, whose = forced_output(net, text, reference)
+    step = whole_number(output_step, "The output step", 0, len(out_ids) - 1)
+    report = explained_step(net, src_ids, out_ids, step, *attention_choice(net, layer, head))
+    token = net.token_strings([out_ids[step]])[0]
+    what = (f"output step {step} of {whose}: {token!r} (log-probability {report['target']:.3f}, teacher-forced); "
+            "baseline: the padding embedding")
+    return explain.views(report, net.token_strings(src_ids), what, f"What drives {token!r}")
+
+
+@user_errors
+def attribute_all(text, reference="", layer="1", head="1", progress=gr.Progress()):
+    """Every output token in turn: each method's Spearman with leave-one-out, one row per token."""
+    net = model(NAME)
+    src_ids, out_ids, _ = forced_output(net, text, reference)
+    choice, rows = attention_choice(net, layer, head), []
+    for step in progress.tqdm(range(len(out_ids)), desc="output tokens"):
+        faith = explained_step(net, src_ids, out_ids, step, *choice)["faithfulness"]
+        rows.append([step, net.token_strings([out_ids[step]])[0]]
+                    + [None if f["spearman"] is None else round(f["spearman"], 3)
+                       for m, f in faith.items() if m not in ("random", "leave-one-out")])
+    return rows
+
+
 def select_row(evt: gr.SelectData):
     """A click on a statistics row shows that component, layer and head."""
     component, layer, head = evt.row_value[:3]
@@ -236,6 +297,8 @@ def input_column():
 def view_column():
     """The translation and the attention map of the chosen kind, layer and head."""
     german = gr.Textbox(label="German translation", interactive=False, elem_id="translator-output")
+    familiar = gr.Textbox(label="Is the sentence like the training data?", interactive=False, lines=2,
+                          elem_id="translator-familiarity")
     note = gr.Textbox(label="Model state", interactive=False, elem_id="translator-note")
     component = gr.Radio(list(COMPONENTS), value="cross-attention", label="Attention", elem_id="translator-component")
     with gr.Row():
@@ -244,7 +307,8 @@ def view_column():
         head = gr.Radio([str(i + 1) for i in range(N_HEAD)] + ["average"], value="average", label="Head",
                         elem_id="translator-head")
     cross = gr.Plot(label="Attention map", elem_id="translator-cross")
-    return SimpleNamespace(german=german, note=note, component=component, layer=layer, head=head, cross=cross)
+    return SimpleNamespace(german=german, familiar=familiar, note=note, component=component, layer=layer,
+                           head=head, cross=cross)
 
 
 def details():
@@ -270,6 +334,28 @@ def details():
                            ref_plot=ref_plot, ref_table=ref_table, stats=stats)
 
 
+def explanation(i, v):
+    """The closed box that tests attention against the other methods, for one token or all of them."""
+    with gr.Accordion("Is attention an explanation? Test it on this sentence", open=False,
+                      elem_id="translator-explain"):
+        gr.Markdown("The model's own translation (or the reference above, when there is one) is read again by "
+                    "teacher forcing; the chosen output token's log-probability is explained over the source "
+                    "tokens. Attention: the layer and head chosen above, of the decoder's cross-attention.")
+        with gr.Row():
+            step = gr.Slider(0, 40, value=0, step=1, label="output token (from 0)", elem_id="translator-explain-step")
+            go = gr.Button("Test this token", elem_id="translator-explain-run")
+            go_all = gr.Button("Test every token", elem_id="translator-explain-all")
+        views = explain.panel("Translator", "translator")
+        every = gr.Dataframe(headers=["step", "token", "attention (chosen head)", "attention (last layer mean)",
+                                      "rollout", "gradient x input", "integrated gradients"],
+                             label="Spearman with leave-one-out, per output token", interactive=False,
+                             elem_id="translator-explain-every")
+        inputs = [i.text, step, i.reference, v.layer, v.head]
+        on(go.click, attribute, inputs, views, api_name="translate_attribution")
+        on(go_all.click, attribute_all, [i.text, i.reference, v.layer, v.head], every,
+           api_name="translate_attribution_all", concurrency_limit=1, concurrency_id="attribution-all")
+
+
 def build(demo):
     with gr.Tab("Translator", id="translator") as tab:
         gr.Markdown(
@@ -291,7 +377,7 @@ def build(demo):
                   links.Param("snapshot", i.snapshot, linked_snapshot)]
         inputs = [p.component for p in params]
         outputs = [v.german, v.cross, d.step, d.step_bar, d.step_table, d.stats, d.ref_summary, d.ref_plot,
-                   d.ref_table, info, v.note]
+                   d.ref_table, info, v.note, v.familiar]
         on(i.run.click, translate, inputs, outputs, api_name="translate")
         on(i.text.submit, translate, inputs, outputs, api_visibility="private")
         on([i.ablate.input, i.snapshot.release], translate, inputs, outputs, api_visibility="private",
@@ -302,6 +388,9 @@ def build(demo):
         on([v.component.input, v.layer.input, v.head.input, d.step.input], **redraw)
         on(d.stats.select, select_row, None, [v.component, v.layer, v.head], api_visibility="private").then(
             **redraw, preprocess=False)
+        explanation(i, v)
+        translator_views.contrast_panel(i.text, v.layer, v.head)
+        translator_views.heads_panel(i.text)
         links.share_panel("translator", params, export_view, [info, v.component, v.layer, v.head], "translator_export",
                           "the selected map")
     return {"tab": tab, "params": params, "render": (translate, inputs, outputs)}

@@ -51,6 +51,16 @@ def metrics(name):
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+FINDINGS = Path(__file__).parent / "findings"
+
+
+def findings(name):
+    """What a benchmark measured and wrote for the app to show (zoo/findings/<name>.json), {} if
+    it has not run."""
+    path = FINDINGS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def load(name):
     """The named model, verified against its manifest, loaded strictly, in eval mode."""
     folder = checkpoint_dir(name)

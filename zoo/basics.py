@@ -227,6 +227,34 @@ def positional_table(n_positions, d_model):
     return sinusoidal_positions(n, check_d_model(d_model))
 
 
+def shift_matrix(k, d_model):
+    """The (d, d) matrix M_k with PE[pos + k] = M_k PE[pos] for every pos, built from the formula.
+
+    Dimensions 2i and 2i+1 hold sin(pos w_i) and cos(pos w_i); the angle-sum identities give
+    sin((pos + k) w) = cos(k w) sin(pos w) + sin(k w) cos(pos w) and
+    cos((pos + k) w) = -sin(k w) sin(pos w) + cos(k w) cos(pos w): one 2 x 2 rotation by k w_i per
+    pair, the same for every position. That is the lesson's "PE[pos+k] is a linear function of
+    PE[pos]"."""
+    d = check_d_model(d_model)
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,) the w_i
+    c, s = torch.cos(k * inv_freq), torch.sin(k * inv_freq)
+    m = torch.zeros(d, d, dtype=torch.float64)
+    m[0::2, 0::2], m[0::2, 1::2] = torch.diag(c), torch.diag(s)
+    m[1::2, 0::2], m[1::2, 1::2] = torch.diag(-s), torch.diag(c)
+    return m
+
+
+def relative_shift(k, d_model=32, n_positions=64):
+    """Apply M_k to PE[0..n-1] and compare with PE[k..k+n-1]: the matrix and, per position, the
+    largest |M_k PE[pos] - PE[pos + k]| (float32 rounding: ~1e-6)."""
+    k = whole_number(k, "The offset k", 1, MAX_POSITIONS)
+    n = whole_number(n_positions, "The number of positions", 1, MAX_POSITIONS)
+    m = shift_matrix(k, d_model)
+    pe = sinusoidal_positions(n + k, m.size(0)).double()  # (n + k, d)
+    residual = (pe[:n] @ m.T - pe[k:]).abs().amax(-1)  # (n,)
+    return {"matrix": m, "residual": residual, "max_residual": residual.max().item()}
+
+
 def init_seeded_(module, seed):
     """Redraw every parameter of module from its own generator, like nn.Linear's default init
     (uniform +-1/sqrt(fan_in)), so the same seed always gives the same layer."""

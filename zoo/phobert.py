@@ -72,7 +72,7 @@ class PhobertExplorer:
         self.model = None
         self._lock = threading.Lock()
         self._failed = None  # (time, error) of the last failed load
-        self._breakdown = None  # offline_breakdown's answer, once computed (False: no config)
+        self._breakdown = None  # breakdown()'s answer, once there is one
 
     def load(self):
         """Load tokenizer and model on the first call; later calls return at once. Returns self.
@@ -99,12 +99,13 @@ class PhobertExplorer:
             missing = [n for n in ("config.json", *TOKENIZER_FILES) if not (folder / n).is_file()]
             if missing:
                 raise PhobertUnavailable(f"The PhoBERT folder {self.source} has no {', '.join(missing)}. {FIX}")
-        from transformers import AutoModel, PhobertTokenizer  # ~0.6 s to import: only when PhoBERT is used
+        from transformers import AutoModelForMaskedLM, PhobertTokenizer  # ~0.6 s to import: only when used
 
         try:
-            # eager: transformers 5's default SDPA kernel returns no attention weights.
-            model = AutoModel.from_pretrained(self.source, attn_implementation="eager",
-                                              local_files_only=self.local, trust_remote_code=False)
+            # With its masked-LM head, for fill-mask; the encoder alone (.roberta) is what the tab
+            # analyses. eager: transformers 5's default SDPA kernel returns no attention weights.
+            model = AutoModelForMaskedLM.from_pretrained(self.source, attn_implementation="eager",
+                                                         local_files_only=self.local, trust_remote_code=False)
             # PhoBERT's tokenizer is slow-only; built from its two files directly, it needs none of
             # the optional files (tokenizer_config.json, ...) that AutoTokenizer would look for.
             vocab, codes = (resolve_file(self.source, name) for name in TOKENIZER_FILES)
@@ -113,13 +114,15 @@ class PhobertExplorer:
             raise PhobertUnavailable(f"PhoBERT could not be loaded from {self.source}. {FIX} ({cause})") from e
         return PhobertTokenizer(vocab, codes), model.eval()
 
-    def offline_breakdown(self):
-        """parameter_breakdown of the model from its config.json alone, without weights or network:
-        the local folder's config, or the Hub's when it is cached; None when neither is at hand."""
+    def breakdown(self):
+        """parameter_breakdown of the encoder (with its pooler, as the seed article counts it) from
+        config.json alone, without weights or network: the loaded model's config, the local folder's,
+        or the Hub's when it is cached; None when none is at hand."""
         with self._lock:
             if self._breakdown is None:
-                self._breakdown = breakdown_from_config(self.config_path()) or False
-        return self._breakdown or None
+                config = self.model.config if self.model is not None else self.config_path()
+                self._breakdown = breakdown_from_config(config)
+            return self._breakdown
 
     def config_path(self):
         if self.local:
@@ -159,7 +162,7 @@ class PhobertExplorer:
                              f"most {limit}. Shorten it and try again.")
         ids = self.tokenizer.build_inputs_with_special_tokens(self.tokenizer.convert_tokens_to_ids(pieces))
         with torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([ids]), output_attentions=True)
+            out = self.model.roberta(input_ids=torch.tensor([ids]), output_attentions=True)
         att = torch.stack(out.attentions)[:, 0].float().numpy()  # (L, H, T, T)
         # Words come from the pieces, tokens from the ids: a piece outside the vocabulary shows as
         # <unk> among the tokens (that is what the model saw) but keeps its text in its word.
@@ -237,15 +240,18 @@ def top_attended(result, token_index, layer, head, k=3):
     return [(result.tokens[i], float(row[i])) for i in top]
 
 
-def breakdown_from_config(path):
-    """parameter_breakdown of a model built from config.json on PyTorch's meta device: every
-    parameter has its shape but no storage, so counting costs no memory and needs no weights."""
-    if path is None:
+def breakdown_from_config(config):
+    """parameter_breakdown of the encoder built from a config (or the path of its config.json) on
+    PyTorch's meta device: every parameter has its shape but no storage, so counting costs no memory
+    and needs no weights."""
+    if config is None:
         return None
     from transformers import AutoConfig, AutoModel
 
+    if not hasattr(config, "to_dict"):
+        config = AutoConfig.from_pretrained(config)
     with torch.device("meta"):
-        model = AutoModel.from_config(AutoConfig.from_pretrained(path))
+        model = AutoModel.from_config(config)
     return parameter_breakdown(model)
 
 
@@ -275,3 +281,61 @@ def parameter_breakdown(model):
         "per_block_feed_forward": count(block.intermediate.dense, block.output.dense),
         "per_block_layer_norm": count(block.attention.output.LayerNorm, block.output.LayerNorm),
     }
+
+
+# ----- fill-mask, and what drives its prediction ---------------------------------------------------
+
+MASK = "<mask>"
+
+
+def segment_around_mask(text, segment=True):
+    """pyvi's segmentation of the text around its one <mask>, which stays as it is."""
+    parts = [" ".join(p.split()) for p in text.split(MASK)]
+    if len(parts) != 2:
+        found = len(parts) - 1
+        raise ValueError(f"Put exactly one {MASK} where a word should be predicted; the text has {found}.")
+    return f" {MASK} ".join(segment_words(p) if segment and p else p for p in parts).strip()
+
+
+@dataclass
+class FillMask:
+    """What PhobertExplorer.fill_mask returns."""
+
+    segmented: str
+    tokens: list[str]  # T, <s> first, </s> last
+    mask_index: int
+    top: list  # [(token, probability)], most likely first
+    attentions: np.ndarray  # (L, H, T, T)
+    target: object  # a zoo.attribution.Target: the top prediction's log-probability of the input embeddings
+
+
+def fill_mask(explorer, text, segment=True, top_k=5):
+    """PhoBERT's masked-LM head on text with one <mask>: the top_k tokens for it, every attention map,
+    and the attribution target for the top prediction (baseline: the <mask> embedding; the scored
+    positions are the context tokens, not <s>, </s> or the mask)."""
+    from .attribution import Target
+
+    explorer.load()
+    tok, model = explorer.tokenizer, explorer.model
+    segmented = segment_around_mask(" ".join(str(text).split()), segment)
+    ids = tok.build_inputs_with_special_tokens(tok.convert_tokens_to_ids(tok.tokenize(segmented)))
+    if len(ids) > explorer.max_tokens:
+        raise ValueError(f"The text is {len(ids)} tokens long (with <s> and </s>), but PhoBERT reads at most "
+                         f"{explorer.max_tokens}. Shorten it and try again.")
+    x = torch.tensor([ids])
+    at = ids.index(tok.mask_token_id)
+    with torch.no_grad():
+        out = model(input_ids=x, output_attentions=True)
+    probs = out.logits[0, at].float().softmax(-1)
+    top_p, top_i = probs.topk(top_k)
+    top = list(zip(tok.convert_ids_to_tokens(top_i.tolist()), top_p.tolist(), strict=True))
+    word = int(top_i[0])
+    embeddings = model.get_input_embeddings()
+
+    def forward(e):
+        return model(inputs_embeds=e).logits[:, at].float().log_softmax(-1)[:, word]
+
+    target = Target(forward, embeddings(x)[0].detach(), embeddings.weight[tok.mask_token_id].detach(),
+                    candidates=[i for i in range(1, len(ids) - 1) if i != at])
+    return FillMask(segmented, tok.convert_ids_to_tokens(ids), at, top,
+                    torch.stack(out.attentions)[:, 0].float().numpy(), target)

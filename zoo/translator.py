@@ -102,15 +102,17 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         self.tokenizer = None  # set by load_extras / attach_tokenizer
 
     # ----- the network -------------------------------------------------------------------------
-    def embed_tokens(self, ids, offset=0):
-        """Scaled embedding + sinusoidal position, positions starting at `offset`."""
-        return self.drop(self.embed(ids) * math.sqrt(self.d_model) + self.pe[offset: offset + ids.size(1)])  # (B, T, D)
+    def embed_tokens(self, ids, offset=0, embeddings=None):
+        """Scaled embedding + sinusoidal position, positions starting at `offset`. embeddings: the
+        tokens' embeddings (B, T, D) to use instead of looking ids up (attribution varies them)."""
+        e = self.embed(ids) if embeddings is None else embeddings
+        return self.drop(e * math.sqrt(self.d_model) + self.pe[offset: offset + ids.size(1)])  # (B, T, D)
 
-    def encode(self, src, return_attention=False, head_mask=None):
+    def encode(self, src, return_attention=False, head_mask=None, embeddings=None):
         """src (B, S) ids, right-padded -> memory (B, S, D), its key mask (B, 1, 1, S) and the
-        encoder self-attention maps (tuple of (B, H, S, S), or empty)."""
+        encoder self-attention maps (tuple of (B, H, S, S), or empty). embeddings: see embed_tokens."""
         mask = key_padding_mask(src != self.pad_id)
-        x = self.embed_tokens(src)
+        x = self.embed_tokens(src, embeddings=embeddings)
         maps = []
         for i, block in enumerate(self.encoder):
             x, w = block(x, mask=mask, return_attention=return_attention,
@@ -154,6 +156,14 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         """Teacher forcing: src (B, S), tgt_in (B, T) starting with <s> -> logits (B, T, V)."""
         memory, src_mask = self.encode(src)[:2]
         return self.project(self.decode(tgt_in, self.cross_kv(memory), src_mask)[0])
+
+    def sequence_log_prob(self, src, tgt_in, tgt_out, head_mask=None):
+        """Teacher forcing: log p(tgt_out | src) per row, src (B, S), tgt_in and tgt_out (B, T) (tgt_in
+        is <s> then tgt_out shifted by one); padding in tgt_out counts nothing. Returns (B,)."""
+        memory, src_mask = self.encode(src, head_mask=head_mask)[:2]
+        h = self.decode(tgt_in, self.cross_kv(memory), src_mask, head_mask=head_mask)[0]  # (B, T, D)
+        logp = self.project(h).log_softmax(-1).gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        return (logp * (tgt_out != self.pad_id)).sum(-1)
 
     def max_target_len(self, src_len):
         """Output length cap tied to the source: 1.5 x source tokens + 10, within max_len."""
@@ -221,6 +231,21 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
             for i, h in zip(chunk, hyps, strict=True):
                 out[i] = self.decode_ids(h)
         return out
+
+    @torch.inference_mode()
+    def familiarity(self, texts, beam_size=5, length_penalty=decoding.LENGTH_PENALTY):
+        """How sure the model is of its own translation of each sentence: the mean log-probability
+        per token (</s> included) of its beam search output, teacher-forced. It is low where the
+        input is unlike the training data (the out-of-domain warning compares it with val's)."""
+        src = self.batch_source(texts)
+        outs = [h + [self.eos_id] for h in decoding.beam_search(self, src, beam_size, length_penalty)]
+        tgt_out = torch.full((len(outs), max(map(len, outs))), self.pad_id, dtype=torch.long, device=src.device)
+        for i, o in enumerate(outs):
+            tgt_out[i, : len(o)] = torch.tensor(o)
+        tgt_in = torch.cat([torch.full_like(tgt_out[:, :1], self.bos_id), tgt_out[:, :-1]], dim=1)
+        tgt_in[tgt_in == self.eos_id] = self.pad_id  # after </s> the decoder reads padding
+        lengths = torch.tensor([len(o) for o in outs], device=src.device)
+        return (self.sequence_log_prob(src, tgt_in, tgt_out) / lengths).tolist()
 
     @torch.inference_mode()
     def teacher_force(self, src_ids, out_ids, head_mask=None):
