@@ -1,4 +1,5 @@
-"""Hostile input through the public API: every named endpoint, at least 200 bad inputs each.
+"""Hostile input through the public API: every named endpoint, at least 200 bad inputs each (the
+slow ones, see CHEAP: every hostile value once per argument).
 
 Each request must come back either as a result or as an error whose message says what went wrong
 (never Gradio's bare "Error", never our own "failed unexpectedly" fallback, never a traceback), and
@@ -31,35 +32,44 @@ STRINGS = [
 OTHERS = [None, 0, -1, 1e308, -1e308, 3.5, True, False, [], [1, 2], {"a": 1}, [None], ["L9H9"], 2**63,
           float("nan"), [[1, 2], [3]], "x" * 5000]
 VALUES = STRINGS + OTHERS
-# Defaults that keep a *valid* call cheap where the app's own default takes seconds (a 1,500-step
-# training run, a test of every token of a long sentence): the hostile values replace these one
-# or two at a time, so most calls still carry the defaults of the others.
+# The slow endpoints: each valid call costs the CPU a second or more (a training run, an explanation
+# with integrated gradients, every head switched off in turn). Their defaults are made cheap here;
+# each argument gets every hostile value once, without the random-pair top-up to PER_ENDPOINT, and a
+# free-text argument gets the hostile strings that test its checks and escaping (markup, controls,
+# invalid Unicode, empty, over-long) rather than every valid oddity, which would only run the
+# computation again.
 CHEAP = {"train": {"steps": 20, "n_layer": 1, "n_head": 1, "d_model": 16, "seq_len": 4},
          "translate_attribution_all": {"text": "A dog."},
          "translate_attribution": {"text": "A dog runs."}, "translate_heads": {"text": "A dog runs."},
          "translate_contrast": {"text": "A dog runs.", "alternative": "Katze"}}
+TEXT_PROBES = [v for v in STRINGS if not v.strip() or len(v) > 600 or "<" in v or "](" in v
+               or any(not c.isprintable() for c in v)] + OTHERS
 
 
 def endpoints(client):
-    """{api_name: default arguments} for every named endpoint, read from the app's own API info."""
+    """{api_name: (default arguments, which of them are free text)} for every named endpoint, read
+    from the app's own API info."""
     info = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     out = {}
     for name, spec in info.items():
-        name, args = name.lstrip("/"), []
+        name, args, text = name.lstrip("/"), [], []
         for p in spec["parameters"]:
             default = p["parameter_default"] if p.get("parameter_has_default") else p.get("example_input")
             args.append(CHEAP.get(name, {}).get(p["parameter_name"], default))
-        out[name] = args
+            text.append(p.get("component") == "Textbox")
+        out[name] = args, text
     return out
 
 
-def bad_calls(defaults, rng):
-    """At least PER_ENDPOINT argument lists: each argument replaced by each hostile value, then
-    random pairs; endpoints without arguments get hostile extra arguments."""
+def bad_calls(name, defaults, text, rng):
+    """Each argument replaced by each hostile value; then, for all but the slow endpoints, random
+    pairs up to PER_ENDPOINT. Endpoints without arguments get hostile extra arguments."""
     if not defaults:
         return [[v] for v in VALUES] * (PER_ENDPOINT // len(VALUES) + 1)
-    calls = [defaults[:i] + [v] + defaults[i + 1:] for i in range(len(defaults)) for v in VALUES]
-    while len(calls) < PER_ENDPOINT:
+    slow = name in CHEAP
+    values = [TEXT_PROBES if slow and is_text else VALUES for is_text in text]
+    calls = [defaults[:i] + [v] + defaults[i + 1:] for i in range(len(defaults)) for v in values[i]]
+    while not slow and len(calls) < PER_ENDPOINT:
         args = list(defaults)
         for i in rng.sample(range(len(args)), min(2, len(args))):
             args[i] = rng.choice(VALUES)
@@ -97,11 +107,13 @@ def kinds_count(outcomes, kind):
 
 def test_every_endpoint_survives_hostile_input(client, app_url):
     rng = random.Random(0)
-    jobs = [(name, args) for name, defaults in endpoints(client).items() for args in bad_calls(defaults, rng)]
+    jobs = [(name, args) for name, (defaults, text) in endpoints(client).items()
+            for args in bad_calls(name, defaults, text, rng)]
     counts = {}
     for name, _ in jobs:
         counts[name] = counts.get(name, 0) + 1
-    assert len(counts) >= 10 and min(counts.values()) >= PER_ENDPOINT, counts
+    assert len(counts) >= 10 and min(n for name, n in counts.items() if name not in CHEAP) >= PER_ENDPOINT, counts
+    assert set(CHEAP) <= set(counts) and min(counts[name] for name in CHEAP) >= len(TEXT_PROBES), counts
 
     seconds = {}
 
