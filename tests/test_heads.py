@@ -144,5 +144,7 @@ def test_endpoints_through_the_api(client):
     for alternative, message in (("", "Type an alternative"), ("Hund", "is the token the model chose at step 1")):
         with pytest.raises(AppError, match=message):
             client.predict(SENTENCE, 1, alternative, "1", "1", api_name="/translate_contrast")
+    with pytest.raises(AppError, match="pieces of the model's vocabulary; after step 1 at most 127 fit"):
+        client.predict(SENTENCE, 1, "🚲" * 40, "1", "1", api_name="/translate_contrast")
     result = client.predict("I love you.", 5, "", "cross-attention", "1", "average", [], api_name="/translate")
     assert "mean token log-probability" in result[-1]

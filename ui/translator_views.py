@@ -126,6 +126,10 @@ def translate_contrast(text, output_step=0, alternative="", layer="1", head="1")
     word = check_text(alternative, "alternative", MAX_WORD) if alternative.strip() else ""
     chosen = out_ids[step]
     pieces = attribution.alternative_pieces(net, chosen, word)
+    room = net.max_len - step  # the decoder reads <s>, the prefix and all but the last piece
+    if len(pieces) > room:
+        raise ValueError(f"The alternative {quote(word)} is {len(pieces)} pieces of the model's vocabulary; after "
+                         f"step {step} at most {room} fit. Type a shorter word.")
     token = net.token_strings([chosen])[0]
     if pieces == [chosen]:
         raise ValueError(f"The alternative {quote(word)} is the token the model chose at step {step} ({token!r}); "
@@ -134,7 +138,8 @@ def translate_contrast(text, output_step=0, alternative="", layer="1", head="1")
     report = attribution.explain(target, cross_rows(net, src_ids, out_ids, step, *attention_choice(net, layer, head)))
     lp_chosen, lp_alt = attribution.continuation_log_probs(net, src_ids, out_ids[:step], [[chosen], pieces])
     diff = lp_chosen - lp_alt
-    alt_shown = "".join(net.token_strings(pieces))
+    written = net.tokenizer.decode(pieces)  # whole, so that a character split into byte pieces reads as one
+    alt_shown = "▁" + written[1:] if written.startswith(" ") else written
     lines = [f"Step {step} of the model's translation {quote(net.decode_ids(out_ids[:-1]), 80)}: it wrote {token!r} "
              f"(p = {math.exp(lp_chosen):.3g}); {alt_shown!r} has p = {math.exp(lp_alt):.3g}. log p({token}) - "
              f"log p({alt_shown}) = {diff:.3f}: the model prefers "
