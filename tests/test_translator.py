@@ -130,6 +130,17 @@ def test_int8_round_trip_error_is_half_a_step(tmp_path, shape):
     assert set(back) == set(state)
 
 
+def test_anchor_style_bleu_moses_tokenizes_and_lowercases():
+    from training.evaluate_translator import moses_lowercased, score
+
+    assert moses_lowercased(['Ein schwarz-weißer Hund, der „läuft“.']) == ['ein schwarz-weißer hund , der " läuft " .']
+    shouting = score(["EIN HUND LÄUFT DURCH DEN SCHNEE."], ["Ein Hund läuft durch den Schnee."])
+    assert shouting["bleu_lc_moses_tokenized"] == 100.0 and shouting["bleu_lc"] == 100.0 and shouting["bleu"] < 10
+    # glued punctuation is split on both sides before counting, so it does not cost a match
+    assert score(["Ein Hund läuft durch den Schnee ."], ["Ein Hund läuft durch den Schnee."])[
+        "bleu_lc_moses_tokenized"] == 100.0
+
+
 def test_evaluation_sweeps_length_penalty_on_val_and_scores_the_split(tiny_model, tmp_path, monkeypatch):
     from training import evaluate_translator
 
@@ -154,6 +165,7 @@ def test_evaluation_sweeps_length_penalty_on_val_and_scores_the_split(tiny_model
     assert ev["splits"]["val"]["bleu_lc"] == ev["length_penalty_sweep_val_bleu_lc"][str(chosen)]
     test = ev["splits"]["test_2016_flickr"]
     assert test["sentences"] == 30 and 0 < test["bleu"] <= 100 and 0 < test["chrf"] <= 100
+    assert 0 < test["bleu_lc_moses_tokenized"] <= 100
     card = (model_dir / "README.md").read_text()
     assert "--sweep 0.5,1.0` — sacreBLEU" in card and f"length penalty {chosen} (chosen on val: 0.5 →" in card
     zoo.verify_manifest(model_dir)  # the card and manifest were rewritten to match

@@ -36,11 +36,7 @@ def reference_batches(model, en, de, size=32):
     for start in range(0, len(en), size):
         src = model.batch_source(en[start:start + size])
         outs = [model.encode_text(t, role="reference") + [model.eos_id] for t in de[start:start + size]]
-        tgt_out = torch.full((len(outs), max(map(len, outs))), model.pad_id, dtype=torch.long)
-        for i, o in enumerate(outs):
-            tgt_out[i, : len(o)] = torch.tensor(o)
-        tgt_in = torch.cat([torch.full((len(outs), 1), model.bos_id), tgt_out[:, :-1]], dim=1)
-        tgt_in[tgt_in == model.eos_id] = model.pad_id  # the position after </s> reads padding
+        tgt_in, tgt_out = model.teacher_batch(outs)
         yield src, tgt_in, tgt_out
 
 

@@ -157,7 +157,8 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=600)
     p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--average", type=int, default=5, help="average the last N epochs")
+    p.add_argument("--average", type=int, default=10,
+                   help="keep the last N epochs; the average of the last k of them (k chosen on val) may be kept")
     p.add_argument("--snapshot-epochs", type=epoch_list, default=None,
                    help="comma-separated epochs whose weights are kept (int8) for the app's slider; '' for none. "
                         "Default: 1,3, those within --epochs (two keep the whole zoo under 60 MB)")
@@ -244,16 +245,24 @@ def fit(model, data, args, device, dtype):
 
 
 def choose_weights(model, kept, best, data, last_epoch):
-    """Checkpoint averaging: the mean of the last epochs' weights usually beats any one of them;
-    keep it unless the best single epoch scored higher on val. Loads the choice; returns its name."""
-    model.load_state_dict(average_state(kept))
-    avg_bleu = bleu(model, data.val_en, data.val_de)[0]
-    print(f"average of last {len(kept)} epochs: val BLEU (greedy) {avg_bleu:.2f}; best single epoch "
-          f"{best[1]}: {best[0]:.2f}", flush=True)
-    if best[0] > avg_bleu:
+    """Checkpoint averaging: the mean of the last epochs' weights often beats any one of them.
+    Score the average of the last k kept epochs for a few k, and the best single epoch, by greedy
+    val BLEU (never test); load the winner. Returns its name and the table of val scores."""
+    sweep, choice = {}, None
+    for k in sorted({k for k in (2, 3, 5, 8, 10, len(kept)) if 2 <= k <= len(kept)}):
+        model.load_state_dict(average_state(kept[-k:]))
+        sweep[f"last {k}"] = round(bleu(model, data.val_en, data.val_de)[0], 2)
+        print(f"average of last {k} epochs: val BLEU (greedy) {sweep[f'last {k}']:.2f}", flush=True)
+        if choice is None or sweep[f"last {k}"] > sweep[choice]:
+            choice = f"last {k}"
+    sweep[f"epoch {best[1]}"] = round(best[0], 2)
+    print(f"best single epoch {best[1]}: {best[0]:.2f}", flush=True)
+    if choice is None or best[0] > sweep[choice]:
         model.load_state_dict(best[2])
-        return f"epoch {best[1]}"
-    return f"average of epochs {last_epoch - len(kept) + 1}-{last_epoch}"
+        return f"epoch {best[1]}", sweep
+    k = int(choice.split()[1])
+    model.load_state_dict(average_state(kept[-k:]))
+    return f"average of epochs {last_epoch - k + 1}-{last_epoch}", sweep
 
 
 def main(argv=None):
@@ -272,7 +281,7 @@ def main(argv=None):
     print(f"{len(data.pairs)} training pairs, vocab {tok.get_vocab_size()}, {model.num_parameters():,} parameters, "
           f"{device} {str(dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads", flush=True)
     history, kept, best, snapshots = fit(model, data, args, device, dtype)
-    chosen = choose_weights(model, kept, best, data, args.epochs)
+    chosen, average_sweep = choose_weights(model, kept, best, data, args.epochs)
     model.to("cpu").save_pretrained(args.out)
     metrics = read_json(f"{args.out}/metrics.json")
     metrics["snapshots"] = save_snapshots(model, snapshots, Path(args.out), data.val_en, data.val_de)
@@ -282,6 +291,7 @@ def main(argv=None):
         "max_tokens": args.max_tokens, "lr": args.lr, "warmup": args.warmup, "dropout": args.dropout,
         "label_smoothing": args.label_smoothing, "seed": args.seed, "device": str(device),
         "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(), "kept": chosen,
+        "average_sweep_val_bleu_greedy": average_sweep,
         "wall_seconds": round(time.time() - t_start), "history": history,
     }
     write_json(f"{args.out}/metrics.json", metrics)

@@ -41,7 +41,7 @@ def mask_without(model, heads):
 
 def pair_tensors(model, src_ids, out_ids):
     """One sentence's (src, tgt_in, tgt_out), each (1, T): out_ids ends with </s>."""
-    return (torch.tensor([src_ids]), torch.tensor([[model.bos_id] + out_ids[:-1]]), torch.tensor([out_ids]))
+    return (torch.tensor([src_ids]), *model.teacher_batch([out_ids]))
 
 
 @torch.inference_mode()

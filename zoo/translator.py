@@ -239,13 +239,20 @@ class TransformerTranslator(ZooModel, license="cc-by-nc-4.0", language=["en", "d
         input is unlike the training data (the out-of-domain warning compares it with val's)."""
         src = self.batch_source(texts)
         outs = [h + [self.eos_id] for h in decoding.beam_search(self, src, beam_size, length_penalty)]
-        tgt_out = torch.full((len(outs), max(map(len, outs))), self.pad_id, dtype=torch.long, device=src.device)
+        tgt_in, tgt_out = self.teacher_batch(outs)
+        lengths = torch.tensor([len(o) for o in outs], device=src.device)
+        return (self.sequence_log_prob(src, tgt_in, tgt_out) / lengths).tolist()
+
+    def teacher_batch(self, outs):
+        """Output id lists, each ending with </s> -> the decoder's (input, target), each (B, T),
+        right-padded: the input is the target shifted one step right behind <s>."""
+        device = self.embed.weight.device
+        tgt_out = torch.full((len(outs), max(map(len, outs))), self.pad_id, dtype=torch.long, device=device)
         for i, o in enumerate(outs):
             tgt_out[i, : len(o)] = torch.tensor(o)
         tgt_in = torch.cat([torch.full_like(tgt_out[:, :1], self.bos_id), tgt_out[:, :-1]], dim=1)
         tgt_in[tgt_in == self.eos_id] = self.pad_id  # after </s> the decoder reads padding
-        lengths = torch.tensor([len(o) for o in outs], device=src.device)
-        return (self.sequence_log_prob(src, tgt_in, tgt_out) / lengths).tolist()
+        return tgt_in, tgt_out
 
     @torch.inference_mode()
     def teacher_force(self, src_ids, out_ids, head_mask=None):
