@@ -392,3 +392,19 @@ def test_translator_without_snapshots_offers_only_the_final_model(tiny_model, mo
     assert tab.translate("A dog sleeps.", 3, "", "cross-attention", "1", "average", [], 0)[-2].startswith("Final model")
     with pytest.raises(gr.Error, match="Training snapshot must be a whole number from 0 to 0; got 1"):
         tab.translate("A dog sleeps.", 3, "", "cross-attention", "1", "average", [], 1)
+
+
+def test_card_lists_each_retraining_run_with_its_scores():
+    from training.cards import translator_retraining
+
+    split = {"bleu": 36.3, "bleu_lc": 36.7, "chrf": 62.9, "bleu_lc_moses_tokenized": 36.6}
+    runs = [{"run": name, "shipped": shipped, "command": f"python -m training.train_translator {name}",
+             "parameters": 7_320_576, "epochs": 17, "wall_minutes": 85.3, "median_tokens_per_second": 3186,
+             "kept": "epoch 15", "length_penalty": 1.5, "val": {"bleu_lc": 39.2}, "test_2016_flickr": split,
+             "note": f"note {name}."} for name, shipped in (("A", True), ("B", False))]
+    lines = translator_retraining({"retraining": {"goal": "41", "anchor": "tiny", "runs": runs, "verdict": "short."}})
+    rows = [line for line in lines if line.startswith("| A |") or line.startswith("| B |")]
+    assert rows == ["| A | 7,320,576 | 17 | 85.3 | 3,186 | epoch 15 | 1.5 | 39.2 | 36.3 / 36.7 / 36.6 | 62.9 | yes |",
+                    "| B | 7,320,576 | 17 | 85.3 | 3,186 | epoch 15 | 1.5 | 39.2 | 36.3 / 36.7 / 36.6 | 62.9 | no |"]
+    assert "- B: `python -m training.train_translator B`. note B." in lines and lines[-1] == "short.\n"
+    assert translator_retraining({}) == []

@@ -122,7 +122,8 @@ def write_translator_card(folder):
     folder = Path(folder)
     m, cfg = read_json(folder / "metrics.json"), read_json(folder / "config.json")
     sections = [translator_header(folder, m, cfg), translator_training(m), translator_snapshots(folder, m),
-                translator_evaluation(m), translator_speed(m), translator_heads(m), translator_ood(m),
+                translator_evaluation(m), translator_retraining(m), translator_speed(m), translator_heads(m),
+                translator_ood(m),
                 faithfulness_section(m),
                 ["## Use\n", LOAD_SNIPPET.format(name=folder.name, module="translator", cls="TransformerTranslator"),
                  "", "```python\nmodel.translate([\"A man is riding a bicycle.\"], beam_size=5)\n"
@@ -225,6 +226,26 @@ def translator_evaluation(m):
     if "examples" in ev:
         lines += ["Examples (val split):\n"] + [f"- {e['en']}\n  → {e['hyp']}" for e in ev["examples"]] + [""]
     return lines
+
+
+def translator_retraining(m):
+    """The runs made toward the anchor's score, side by side, and what came of them."""
+    rt = m.get("retraining")
+    if not rt:
+        return []
+    lines = ["## Toward the anchor\n", f"Goal: {rt['goal']}. Anchor: {rt['anchor']}.\n",
+             "| run | parameters | epochs | wall (min) | tokens/s | kept | length penalty (val) | val BLEU lc | "
+             "test BLEU cased / lc / Moses-tokenized lc | test chrF | shipped |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rt["runs"]:
+        test = r["test_2016_flickr"]
+        bleus = f"{test['bleu']} / {test['bleu_lc']} / {test.get('bleu_lc_moses_tokenized', '–')}"
+        lines.append(f"| {r['run']} | {r['parameters']:,} | {r['epochs']} | {r['wall_minutes']} | "
+                     f"{r['median_tokens_per_second']:,} | {r['kept']} | {r['length_penalty']} | "
+                     f"{r['val']['bleu_lc']} | {bleus} | {test['chrf']} | {'yes' if r['shipped'] else 'no'} |")
+    lines.append("")
+    lines += [f"- {r['run']}: `{r['command']}`. {r['note']}" for r in rt["runs"]]
+    return lines + ["", rt["verdict"] + "\n"]
 
 
 def translator_speed(m):
