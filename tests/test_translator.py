@@ -408,3 +408,15 @@ def test_card_lists_each_retraining_run_with_its_scores():
                     "| B | 7,320,576 | 17 | 85.3 | 3,186 | epoch 15 | 1.5 | 39.2 | 36.3 / 36.7 / 36.6 | 62.9 | no |"]
     assert "- B: `python -m training.train_translator B`. note B." in lines and lines[-1] == "short.\n"
     assert translator_retraining({}) == []
+
+
+def test_card_says_which_example_sentences_the_warning_catches():
+    from training.cards import translator_ood
+
+    record = {"command": "python -m training.ood", "score": "mean log-probability", "warn_below_percentile": 5.0,
+              "threshold": -0.65, "ood_sentences": 2, "ood_file": "x.en", "auroc_val_vs_ood": 0.9, "ood_warned": 0.5,
+              "false_warnings_test_2016": 0.04, "medians": {"val": -0.3},
+              "examples": [{"en": "I love you.", "score": -0.93}, {"en": "A dog runs.", "score": -0.2}]}
+    lines = translator_ood({"ood": record})
+    assert '- "I love you.": -0.93, warned' in lines and '- "A dog runs.": -0.2, not warned' in lines
+    assert not any(line.startswith("- ") for line in translator_ood({"ood": {**record, "examples": []}}))

@@ -301,4 +301,8 @@ def translator_ood(m):
             f"{o['ood_sentences']} out-of-domain sentences written for this (`{o['ood_file']}`): AUROC "
             f"**{o['auroc_val_vs_ood']}** (val against them); {o['ood_warned']:.0%} of them are warned; false "
             f"warnings on test_2016_flickr: **{o['false_warnings_test_2016']:.1%}**. Medians: "
-            + ", ".join(f"{k} {v}" for k, v in o["medians"].items()) + ".\n"]
+            + ", ".join(f"{k} {v}" for k, v in o["medians"].items()) + ".\n",
+            *(["Examples (a score below the threshold is warned; a sentence made of in-domain words can pass "
+               "even where its translation is wrong):\n"]
+              + [f"- \"{e['en']}\": {e['score']}, " + ("warned" if e["score"] < o["threshold"] else "not warned")
+                 for e in o["examples"]] + [""] if o.get("examples") else [])]
